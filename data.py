@@ -1,0 +1,267 @@
+"""Prompts, answers and graders; and the toy that lets `python train.py` run on a laptop with no download.
+
+    python data.py                 # build (or load from cache) the toy model and print its base pass rate
+
+The toy (paper §2 in miniature): a generated verifiable task, multi-term addition answered after a
+<think> scratchpad of running sums, e.g.
+
+    prompt      <|user|>Add: 37+85+12<|assistant|><think>
+    completion  37+85=122 122+12=134 </think>\\boxed{134}<|endoftext|>
+
+and a ~1M-parameter Qwen2 model with a byte-level BPE tokenizer (digits split one per token), both built
+here, saved in Hugging Face format (so transformers and vLLM load them), and given a short supervised warm
+start so RL starts from a low but non-zero pass rate, as the paper starts RL from an SFT model.
+"""
+import hashlib
+import json
+import os
+import random
+import re
+import shutil
+import time
+
+THINK_START, THINK_END = "<think>", "</think>"
+EOS = "<|endoftext|>"
+# paper §4 (arXiv text); A.10 prints a variant without "now."
+INTERRUPT_PHRASE = "Okay, time is up. Let me stop thinking and formulate a final answer now. </think>"
+
+# --- the toy task --------------------------------------------------------------------------------------------
+# Difficulty knobs. The number of terms sets the scratchpad length (about 10 tokens per running sum), so
+# completions vary 3x in length: the stragglers that PipelineRL is for (paper §3.1).
+TOY_MIN_TERMS, TOY_MAX_TERMS = 2, 6
+TOY_MAX_OPERAND = 19
+TOY_NUM_TRAIN, TOY_NUM_VAL = 4000, 1000  # prompts; validation is held out and never trained on
+TOY_SFT_STEPS, TOY_SFT_BATCH, TOY_SFT_LR = 300, 64, 2e-3  # supervised warm start (tuned for the base pass rate)
+
+
+def toy_problem(rng: random.Random) -> dict:
+    terms = [rng.randint(1, TOY_MAX_OPERAND) for _ in range(rng.randint(TOY_MIN_TERMS, TOY_MAX_TERMS))]
+    steps, total = [], terms[0]
+    for t in terms[1:]:
+        steps.append(f"{total}+{t}={total + t}")
+        total += t
+    return {"prompt": "Add: " + "+".join(map(str, terms)), "answer": str(total),
+            "solution": " ".join(steps) + f" {THINK_END}\\boxed{{{total}}}"}
+
+
+def toy_rows(split: str) -> list[dict]:
+    """Fixed prompts: the train and validation splits come from different seeds and share no prompt."""
+    rng = random.Random({"train": 1, "val": 2}[split])
+    n = TOY_NUM_TRAIN if split == "train" else TOY_NUM_VAL
+    rows, seen = [], set()
+    if split == "train":
+        seen = {r["prompt"] for r in toy_rows("val")}
+    while len(rows) < n:
+        p = toy_problem(rng)
+        if p["prompt"] not in seen:
+            seen.add(p["prompt"])
+            rows.append(p)
+    return rows
+
+
+# --- tasks: rows with prompt token ids, a held-out split, and a grader ------------------------------------------
+class DataError(ValueError):
+    """A dataset problem the user can fix: reported as one line naming the file and row."""
+
+
+def load_task(cfg, tokenizer) -> tuple[list[dict], list[dict], callable]:
+    """(train rows, eval rows, grade) for cfg.dataset. Rows are {"prompt", "answer", "prompt_ids"}; prompts
+    longer than prompt_max_tokens are dropped. grade(completion, answer) -> reward."""
+    if cfg.dataset != "toy":
+        raise DataError(f"--dataset {cfg.dataset!r}: unknown dataset (the toy is 'toy')")
+    train, val = toy_rows("train"), toy_rows("val")
+    for rows in (train, val):
+        for r in rows:
+            r["prompt_ids"] = format_prompt(tokenizer, r["prompt"])
+    keep = lambda rows: [r for r in rows if len(r["prompt_ids"]) <= cfg.prompt_max_tokens]  # noqa: E731
+    train, val = keep(train), keep(val)
+    if not train:
+        raise DataError(f"--dataset {cfg.dataset}: no training prompt fits in --prompt_max_tokens {cfg.prompt_max_tokens}")
+    return train, val, toy_reward
+
+
+# --- graders -------------------------------------------------------------------------------------------------
+_BOXED = re.compile(r"\\boxed\{([^{}]{0,64})\}")
+
+
+def final_answer(completion: str) -> str | None:
+    """The content of the last \\boxed{} after the last </think>; None if thinking never closed. The thinking
+    part is not graded (paper §2: answers are graded after stripping <think>...</think>)."""
+    if THINK_END not in completion:
+        return None
+    found = _BOXED.findall(completion.rsplit(THINK_END, 1)[1][:4096])
+    return found[-1].strip() if found else None
+
+
+def toy_reward(completion: str, answer: str) -> float:
+    """Exact match of the final boxed answer: +1 correct, -1 otherwise (paper A.3: rewards are +-1)."""
+    return 1.0 if final_answer(completion) == answer else -1.0
+
+
+# --- which prompt next: epochs, and No-Positive-Resampling ------------------------------------------------------
+class PromptSampler:
+    """Epochs over the training prompts, each in a fresh seeded order, with No-Positive-Resampling (paper
+    §3.2(d), Polaris): a prompt whose most recent group reached a pass rate >= npr_threshold is retired and
+    left out of every later epoch (not the current one, which has already drawn it).
+
+    "History" here is the pass rate of the prompt's most recent group of G completions: the policy keeps
+    changing, so an old average says less than the latest measurement, and once easy a prompt tends to stay
+    easy (paper §3.2). Prompts at pass rate 0 are never retired: zero-variance filtering only drops them from
+    the loss. All state is plain data so checkpoints restore the exact data order and curriculum."""
+
+    def __init__(self, rows: list[dict], seed: int, npr: bool, npr_threshold: float):
+        self.rows, self.seed, self.npr, self.npr_threshold = rows, seed, npr, npr_threshold
+        self.epoch, self.pos, self.serial = 0, 0, 0
+        self.order = self._order()
+        self.requeued: list[int] = []  # prompts whose group was abandoned (pipeline lag bound): served first
+        self.last_pass_rate: dict[int, float] = {}
+        self.retired: set[int] = set()
+
+    def _order(self) -> list[int]:
+        order = [i for i in range(len(self.rows)) if i not in getattr(self, "retired", ())]
+        if not order:
+            raise RuntimeError(f"No-Positive-Resampling retired all {len(self.rows)} training prompts: "
+                               "the policy solves the whole training set (use --no_npr to keep sampling them)")
+        random.Random(self.seed * 1_000_003 + self.epoch).shuffle(order)
+        return order
+
+    def draw(self, n: int) -> list[tuple[int, str]]:
+        """n (prompt index, unique id) pairs; the id seeds that group's sampling."""
+        out = []
+        for _ in range(n):
+            if self.requeued:
+                idx = self.requeued.pop(0)
+            else:
+                if self.pos == len(self.order):
+                    self.epoch, self.pos = self.epoch + 1, 0
+                    self.order = self._order()
+                idx = self.order[self.pos]
+                self.pos += 1
+            out.append((idx, str(self.serial)))
+            self.serial += 1
+        return out
+
+    def requeue(self, prompt_idxs: list[int]):
+        self.requeued += prompt_idxs
+
+    def record(self, prompt_idx: int, pass_rate: float):
+        self.last_pass_rate[prompt_idx] = pass_rate
+        if self.npr and pass_rate >= self.npr_threshold:
+            self.retired.add(prompt_idx)
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "pos": self.pos, "serial": self.serial, "order": self.order,
+                "requeued": self.requeued, "retired": sorted(self.retired),
+                "last_pass_rate": {str(k): v for k, v in self.last_pass_rate.items()}}
+
+    def load_state_dict(self, state: dict):
+        self.epoch, self.pos, self.serial = state["epoch"], state["pos"], state["serial"]
+        self.order, self.requeued = list(state["order"]), list(state["requeued"])
+        self.retired = set(state["retired"])
+        self.last_pass_rate = {int(k): v for k, v in state["last_pass_rate"].items()}
+
+
+# --- the toy tokenizer and model -----------------------------------------------------------------------------
+CHAT_TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}{% endfor %}"
+                 "{% if add_generation_prompt %}<|assistant|><think>{% endif %}")
+TOY_MODEL = dict(vocab_size=384, hidden_size=128, intermediate_size=512, num_hidden_layers=4,
+                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
+
+
+def build_toy_tokenizer():
+    """Byte-level BPE trained on toy text, the interruption phrase and the chat roles, so any input string
+    encodes (bytes never fail) while the phrase costs ~19 tokens instead of 80 characters."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+    rng = random.Random(0)
+    corpus = [f"<|user|>{p['prompt']}<|assistant|><think>{p['solution']}" for p in (toy_problem(rng) for _ in range(2000))]
+    corpus += [INTERRUPT_PHRASE, "Please reason step by step, and put your final answer within \\boxed{}."] * 100
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
+                                                 pre_tokenizers.ByteLevel(add_prefix_space=False)])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=TOY_MODEL["vocab_size"] - 8, show_progress=False,
+                                  special_tokens=[EOS, "<|user|>", "<|assistant|>", "<|system|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(corpus, trainer)
+    # <think> and </think> are ordinary added tokens (as in Qwen3): kept when decoding, one id each
+    tok.add_tokens([AddedToken(THINK_START, normalized=False), AddedToken(THINK_END, normalized=False)])
+    hf = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS, pad_token=EOS)
+    hf.chat_template = CHAT_TEMPLATE
+    assert len(hf) <= TOY_MODEL["vocab_size"], len(hf)
+    return hf
+
+
+def format_prompt(tokenizer, question: str) -> list[int]:
+    """Token ids of a chat-formatted prompt ending in the generation prompt (<think> where the model has one)."""
+    text = tokenizer.apply_chat_template([{"role": "user", "content": question}], tokenize=False,
+                                         add_generation_prompt=True)
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def _toy_spec_hash() -> str:
+    spec = dict(TOY_MODEL, terms=(TOY_MIN_TERMS, TOY_MAX_TERMS, TOY_MAX_OPERAND), sft=(TOY_SFT_STEPS, TOY_SFT_BATCH,
+                TOY_SFT_LR), template=CHAT_TEMPLATE, phrase=INTERRUPT_PHRASE, version=1)
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:10]
+
+
+def toy_model_path(out_dir: str) -> str:
+    return os.path.join(out_dir, f"toy-{_toy_spec_hash()}")
+
+
+def build_toy_model(out_dir: str, log=print) -> str:
+    """Build, warm-start and save the toy model once; later calls return the cached folder. Written to a
+    temporary folder and renamed, so a crash never leaves a half-written model that looks complete."""
+    path = toy_model_path(out_dir)
+    if os.path.exists(os.path.join(path, "config.json")):
+        return path
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    t0 = time.time()
+    tokenizer = build_toy_tokenizer()
+    eos = tokenizer.convert_tokens_to_ids(EOS)
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(Qwen2Config(**TOY_MODEL, tie_word_embeddings=True, bos_token_id=eos, eos_token_id=eos,
+                                         pad_token_id=eos, rope_theta=10000.0))
+    # supervised warm start on fresh draws of the task distribution (never the validation prompts' seed)
+    rng = random.Random(3)
+    opt = torch.optim.AdamW(model.parameters(), lr=TOY_SFT_LR, weight_decay=0.0)
+    model.train()
+    for step in range(TOY_SFT_STEPS):
+        seqs, masks = [], []
+        for _ in range(TOY_SFT_BATCH):
+            p = toy_problem(rng)
+            prompt = format_prompt(tokenizer, p["prompt"])
+            target = tokenizer(p["solution"], add_special_tokens=False)["input_ids"] + [eos]
+            seqs.append(prompt + target)
+            masks.append([0] * len(prompt) + [1] * len(target))
+        width = max(map(len, seqs))
+        ids = torch.tensor([s + [eos] * (width - len(s)) for s in seqs])
+        labels = torch.tensor([[t if m else -100 for t, m in zip(s, mk)] + [-100] * (width - len(s))
+                               for s, mk in zip(seqs, masks)])
+        attn = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s in seqs])  # right padding
+        for g in opt.param_groups:  # linear warm-up then linear decay
+            g["lr"] = TOY_SFT_LR * min(1.0, (step + 1) / 20) * (1 - step / TOY_SFT_STEPS)
+        loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if step % 50 == 0 or step == TOY_SFT_STEPS - 1:
+            log(f"toy warm start: step {step}/{TOY_SFT_STEPS} loss {loss.item():.3f} ({time.time() - t0:.0f}s)")
+    tmp = f"{path}.tmp{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.generation_config.eos_token_id = eos
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    try:
+        os.rename(tmp, path)
+    except OSError:  # another process finished first: theirs is as good as ours
+        shutil.rmtree(tmp, ignore_errors=True)
+    log(f"toy model saved to {path} ({sum(p.numel() for p in model.parameters()):,} parameters, "
+        f"{time.time() - t0:.0f}s)")
+    return path
+
+
+if __name__ == "__main__":
+    print(build_toy_model("out"))

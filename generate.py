@@ -1,0 +1,342 @@
+"""Generation: vLLM inside the training process, forced length interruptions, and the off-policy schedules.
+
+    python generate.py             # sample a few toy completions and print them
+
+Three ideas of the paper live here:
+  * PipelineRL-k (paper §3.1): the engine always has requests in flight; the trainer takes a step as soon as
+    enough finished groups are ready, and the new weights are loaded while unfinished completions keep
+    decoding on their stale KV cache (in-flight update). PPO-off-policy-k and on-policy sync are the
+    alternatives. Off-policyness is bounded by k, defined exactly as:
+        lag(group) = (policy version being trained) - (oldest version that sampled any of its first tokens)
+        every trained group has lag <= k - 1
+    so a trained completion's tokens come from at most k consecutive policy versions, and k = 1 is on-policy
+    in every mode. (Version v = the weights after v optimizer steps.)
+  * Forced interruptions (paper §4, A.10): each completion first thinks until </think>, EOS, or a budget
+    drawn uniformly in [think_min, think_max] tokens; at the budget the phrase "Okay, time is up. ...
+    </think>" is appended, and either way the answer gets at most answer_max more tokens. A completion that
+    hits that final limit is "truncated". The phrase's tokens are injected, not sampled: mask 0.
+  * pi_gen: the logprob vLLM returned for every sampled token, with the policy version that sampled it
+    (vLLM's own weight-version spans), so ratios are right for completions spanning several versions.
+
+vLLM's own thinking budget (reasoning_config) can force a phrase too, but in 0.32 its CPU path does not see a
+natural </think> when the forced string is longer than </think>, so we run the answer as a second request.
+"""
+import hashlib
+import os
+import random
+import time
+from dataclasses import dataclass, field
+
+import logging
+
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # keep the engine in this process: weights in place
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+
+
+class _KnownNoise(logging.Filter):
+    """Warnings vLLM prints on every weight update or thread query that say nothing new: RotaryEmbedding and a
+    tied LM head have no weights of their own to reload (the head is re-tied below); the CPU backend pins
+    torch's thread count."""
+    def filter(self, record):
+        msg = record.getMessage()
+        return not (msg.endswith("Failed to load weights") or "set_num_threads" in msg)
+
+
+for _name in ("vllm.model_executor.model_loader.reload.layerwise", "vllm.v1.worker.cpu_worker"):
+    logging.getLogger(_name).addFilter(_KnownNoise())
+
+
+@dataclass
+class Sample:
+    """One completion. Lists are per completion token, in order; injected phrase tokens have mask 0."""
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)  # log pi_gen(token), nats; 0.0 for injected tokens
+    versions: list[int] = field(default_factory=list)  # policy version that sampled each token (-1: injected)
+    mask: list[int] = field(default_factory=list)  # 1 sampled, 0 injected
+    text: str = ""
+    interrupted: bool = False  # hit the thinking budget, phrase appended
+    truncated: bool = False  # hit the final token limit without EOS
+    reward: float = 0.0
+    correct: bool = False
+
+    def first_version(self) -> int:
+        return next((v for v in self.versions if v >= 0), 1 << 62)
+
+
+@dataclass
+class Group:
+    """G completions of one prompt: the unit of advantages, zero-variance filtering and NPR."""
+    uid: str  # unique per submission: seeds the sampling
+    prompt_idx: int  # row of the dataset
+    prompt_ids: list[int]
+    answer: str
+    samples: list[Sample]
+
+    def first_version(self) -> int:
+        return min(s.first_version() for s in self.samples)
+
+
+def seed_of(*key) -> int:
+    """A stable 63-bit seed from a key: sampling depends on what is sampled, not on engine history."""
+    return int.from_bytes(hashlib.blake2b(repr(key).encode(), digest_size=8).digest(), "little") >> 1
+
+
+class Generator:
+    """The in-process vLLM engine, driven request by request through llm_engine.add_request / step."""
+
+    def __init__(self, cfg, model_path: str, tokenizer, device: str):
+        from vllm import LLM, SamplingParams
+        self.SamplingParams = SamplingParams
+        self.cfg = cfg
+        self.tokenizer = tokenizer
+        self.eos_id = tokenizer.eos_token_id
+        self.think_end_id = tokenizer.convert_tokens_to_ids("</think>") if cfg.interruptions else None
+        self.phrase_ids = tokenizer(INTERRUPT_PHRASE, add_special_tokens=False)["input_ids"]
+        self.use_interruptions = cfg.interruptions and not cfg.length_penalty
+        on_cpu = device == "cpu"
+        # Prefix caching shares a group's prompt prefill, but a cached block computed by old weights must
+        # never be reused after an update (a common stale-cache bug, peers.md #12). Outside pipeline mode
+        # nothing is in flight at an update, so the cache is reset then. In pipeline mode running requests
+        # hold cached blocks by design (stale KV), which blocks a reset, so the cache is off.
+        self.prefix_caching = cfg.mode != "pipeline"
+        self.llm = LLM(
+            model=model_path, tokenizer=model_path, seed=cfg.seed, dtype=cfg.dtype if cfg.dtype != "auto" else
+            ("float32" if on_cpu else "bfloat16"),
+            max_model_len=cfg.vllm_max_len(len(self.phrase_ids)),
+            enable_prefix_caching=self.prefix_caching,
+            max_num_seqs=max(256, 2 * cfg.batch),
+            # on CPU the KV cache is a fixed size in host RAM; on GPU a fraction of the device's memory
+            gpu_memory_utilization=cfg.vllm_memory,
+            kv_cache_memory_bytes=cfg.vllm_kv_cache_gib << 30 if on_cpu else None,
+            # fp32 LM head on the generator (paper §3.2(c)); vLLM 0.32 documents this override for RL
+            hf_overrides={"head_dtype": "float32"} if cfg.fp32_head else None,
+            # pi_gen is the distribution actually sampled from (after temperature)
+            logprobs_mode="processed_logprobs",
+            enforce_eager=on_cpu,  # on CPU torch.compile costs ~30 s at start-up and gains nothing here
+            async_scheduling=False,  # a step's tokens must come from the weights loaded before it
+            # per-request seeds make sampling independent of batch composition and engine history (exact resume),
+            # but vLLM 0.32 rewinds a seeded request's generator after a chunked prefill, which CPU generators
+            # cannot do ("CPU Generator does not use offset"): prefill whole prompts instead
+            enable_chunked_prefill=False,
+            disable_log_stats=True,
+        )
+        self.engine = self.llm.llm_engine
+        self.tied_embeddings = bool(getattr(self.engine.model_config.hf_config, "tie_word_embeddings", False))
+        self.set_version(0)
+        self._live: dict[str, tuple[Group, int, int]] = {}  # request id -> (group, sample index, phase)
+        self._groups: dict[str, Group] = {}  # uid -> group still generating
+        self._pending: dict[str, int] = {}  # uid -> samples not finished yet
+        self.finished: list[Group] = []  # done groups not yet taken by anyone
+        self.tokens_generated = 0
+
+    # --- requests ---
+    def submit(self, uid: str, prompt_idx: int, prompt_ids: list[int], answer: str, n: int):
+        group = Group(uid, prompt_idx, prompt_ids, answer, [Sample() for _ in range(n)])
+        self._groups[uid] = group
+        self._pending[uid] = n
+        for i in range(n):
+            self._add(group, i, phase=0)
+
+    def _add(self, group: Group, i: int, phase: int):
+        cfg, s = self.cfg, group.samples[i]
+        seed = seed_of(self.cfg.seed, group.uid, i, phase)
+        common = dict(temperature=cfg.temperature, logprobs=0, flat_logprobs=True, detokenize=False, seed=seed)
+        if not self.use_interruptions:  # one request with the whole budget (L_max of Eq. 9)
+            params = self.SamplingParams(max_tokens=cfg.think_max_tokens + cfg.answer_max_tokens, **common)
+        elif phase == 0:  # think until </think>, EOS, or this completion's budget
+            budget = random.Random(seed).randint(cfg.think_min_tokens, cfg.think_max_tokens)
+            params = self.SamplingParams(max_tokens=budget, stop_token_ids=[self.think_end_id], **common)
+        else:
+            params = self.SamplingParams(max_tokens=cfg.answer_max_tokens, **common)
+        rid = f"{group.uid}/{i}/{phase}"
+        self.engine.add_request(rid, {"prompt_token_ids": group.prompt_ids + s.token_ids}, params)
+        self._live[rid] = (group, i, phase)
+
+    def step(self) -> int:
+        """One engine step; finished completions move to the answer phase or into their group. Returns the
+        number of groups that completed."""
+        done = 0
+        for out in self.engine.step():
+            if not out.finished:
+                continue
+            group, i, phase = self._live.pop(out.request_id)
+            s, o = group.samples[i], out.outputs[0]
+            versions = [-1] * len(o.token_ids)
+            for span in o.weight_versions or []:
+                versions[span.start:span.end] = [int(span.version)] * (span.end - span.start)
+            s.token_ids += o.token_ids
+            s.logprobs += list(o.logprobs.logprobs) if len(o.token_ids) else []
+            s.versions += versions
+            s.mask += [1] * len(o.token_ids)
+            self.tokens_generated += len(o.token_ids)
+            ended_eos = o.finish_reason == "stop" and o.stop_reason is None
+            if self.use_interruptions and phase == 0 and not ended_eos:
+                if o.finish_reason == "length":  # thinking budget reached: inject the phrase
+                    s.interrupted = True
+                    s.token_ids += self.phrase_ids
+                    s.logprobs += [0.0] * len(self.phrase_ids)
+                    s.versions += [-1] * len(self.phrase_ids)
+                    s.mask += [0] * len(self.phrase_ids)
+                self._add(group, i, phase=1)
+                continue
+            s.truncated = o.finish_reason == "length"
+            s.text = self.tokenizer.decode(s.token_ids, skip_special_tokens=True)
+            self._pending[group.uid] -= 1
+            if self._pending[group.uid] == 0:
+                del self._pending[group.uid]
+                self.finished.append(self._groups.pop(group.uid))
+                done += 1
+        return done
+
+    def abort(self, uids: set[str]):
+        """Drop in-flight groups (e.g. ones that can no longer meet the lag bound)."""
+        rids = [rid for rid, (g, _, _) in self._live.items() if g.uid in uids]
+        self.engine.abort_request(rids)
+        for rid in rids:
+            del self._live[rid]
+        for uid in uids:
+            self._groups.pop(uid, None)
+            self._pending.pop(uid, None)
+
+    def inflight(self) -> list[Group]:
+        return list(self._groups.values())
+
+    def take(self, uids: set[str] | None = None) -> list[Group]:
+        """Remove and return finished groups (all, or those in uids)."""
+        took = [g for g in self.finished if uids is None or g.uid in uids]
+        self.finished = [g for g in self.finished if not (uids is None or g.uid in uids)]
+        return took
+
+    def run_until_done(self, uids: set[str]) -> list[Group]:
+        """Step until every group in uids has finished; other finished groups stay in self.finished."""
+        while not uids <= {g.uid for g in self.finished}:
+            if not self.engine.has_unfinished_requests():
+                raise RuntimeError("vLLM engine has no requests left but groups are unfinished")
+            self.step()
+        return self.take(uids)
+
+    # --- weights ---
+    def set_version(self, version: int):
+        """Label the tokens sampled from now on (vLLM reports the label spans per completion)."""
+        self.version = version
+        self.engine.set_weight_version(str(version))
+
+    def update_weights(self, named_tensors):
+        """Load the trainer's weights (HF names, any dtype) into the engine, in memory; the engine's own loaders
+        cast, fuse (qkv, gate_up) and tie them. Unfinished requests keep their KV cache (PipelineRL)."""
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": list(named_tensors),
+                                                           "is_checkpoint_format": True})
+        if self.tied_embeddings:
+            self.llm.apply_model(_retie_lm_head)
+        self.set_version(self.version + 1)
+        if self.prefix_caching and not self.engine.reset_prefix_cache():
+            raise RuntimeError("could not reset vLLM's prefix cache after a weight update")
+
+
+    def close(self):
+        """Shut the engine down (vLLM also destroys the torch process group it shares with the trainer)."""
+        self.engine.engine_core.shutdown()
+
+
+def _retie_lm_head(model):
+    """vLLM 0.32's reload_weights skips lm_head.weight for tied models and puts the *old* head tensor back, so
+    the head silently keeps the step-0 weights (measured on the toy: logprob error 1.6 nats after one update).
+    Re-point the head at the freshly loaded embedding, as vLLM's own tie_weights does at load time, and redo
+    the head's post-load processing (on CPU it packs a private copy of the weight for its GEMM)."""
+    from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead, VocabParallelEmbedding
+    heads = [m for m in model.modules() if isinstance(m, ParallelLMHead)]
+    embeds = [m for m in model.modules() if type(m) is VocabParallelEmbedding]
+    if len(heads) != 1 or len(embeds) != 1:
+        raise RuntimeError(f"cannot re-tie the LM head: found {len(heads)} heads and {len(embeds)} embeddings")
+    heads[0].weight = embeds[0].weight
+    heads[0].quant_method.process_weights_after_loading(heads[0])
+
+
+class Rollouts:
+    """One batch of finished, graded groups per optimizer step, in the chosen off-policy mode (paper §3.1)."""
+
+    def __init__(self, gen: Generator, sampler, grade, cfg):
+        self.gen, self.sampler, self.grade, self.cfg = gen, sampler, grade, cfg
+        self.queue: list[Group] = []  # ppo mode: the rest of the k mini-batches
+        self.stale_restarts = 0
+
+    def _submit(self, n_prompts: int):
+        for prompt_idx, uid in self.sampler.draw(n_prompts):
+            row = self.sampler.rows[prompt_idx]
+            self.gen.submit(uid, prompt_idx, row["prompt_ids"], row["answer"], self.cfg.group)
+
+    def _grade(self, groups: list[Group]) -> list[Group]:
+        for g in groups:
+            for s in g.samples:
+                s.reward = self.grade(s.text, g.answer)
+                s.correct = s.reward > 0
+                if self.cfg.length_penalty:  # DAPO overlong penalty (paper Eq. 9), on correct traces only
+                    overlong = len(s.token_ids) - self.cfg.think_max_tokens
+                    s.reward += min(0.0, max(-1.0, -overlong / self.cfg.answer_max_tokens)) if s.correct else 0.0
+            self.sampler.record(g.prompt_idx, sum(s.correct for s in g.samples) / len(g.samples))
+        return groups
+
+    def next_batch(self) -> list[Group]:
+        cfg, gen, per_step = self.cfg, self.gen, self.cfg.prompts_per_step
+        if cfg.mode == "sync" or (cfg.mode == "ppo" and not self.queue):
+            # on-policy: one generation per step; PPO-off-policy-k: k steps' worth, then k mini-batch steps
+            n = per_step * (cfg.k if cfg.mode == "ppo" else 1)
+            self._submit(n)
+            groups = self._grade(gen.run_until_done({g.uid for g in gen.inflight()}))
+            groups.sort(key=lambda g: int(g.uid))  # submission order, whatever order they finished in
+            self.queue = groups
+        if cfg.mode in ("sync", "ppo"):
+            batch, self.queue = self.queue[:per_step], self.queue[per_step:]
+            return batch
+        # pipeline: keep two batches of prompts in flight, train on the oldest finished groups as soon as a
+        # batch's worth is ready; the rest keep decoding across the weight update
+        oldest_allowed = gen.version - (cfg.k - 1)
+        stale = {g.uid for g in gen.inflight() + gen.finished if g.first_version() < oldest_allowed}
+        if stale:  # they can never be trained on: restart their prompts rather than waste more compute
+            restart = [(g.prompt_idx, g.uid) for g in gen.inflight() + gen.finished if g.uid in stale]
+            gen.abort(stale)
+            gen.take(stale)
+            self.sampler.requeue([p for p, _ in restart])
+            self.stale_restarts += len(stale)
+        while True:
+            missing = 2 * per_step - (len(gen.inflight()) + len(gen.finished))
+            if missing > 0:
+                self._submit(missing)
+            if len(gen.finished) >= per_step:
+                break
+            gen.step()
+        ready = sorted(gen.finished, key=lambda g: (g.first_version(), int(g.uid)))[:per_step]
+        return self._grade(gen.take({g.uid for g in ready}))
+
+
+def evaluate(gen: Generator, rows: list[dict], cfg, grade, step: int) -> dict:
+    """Mean pass rate over eval_samples completions of each held-out prompt (the paper's mean@16)."""
+    uids = set()
+    for j, row in enumerate(rows):
+        uid = f"eval{step}-{j}"
+        gen.submit(uid, j, row["prompt_ids"], row["answer"], cfg.eval_samples)
+        uids.add(uid)
+    groups = gen.run_until_done(uids)
+    samples = [s for g in groups for s in g.samples]
+    correct = [grade(s.text, g.answer) > 0 for g in groups for s in g.samples]
+    return {"pass_rate": sum(correct) / len(correct),
+            "eval_truncation_rate": sum(s.truncated for s in samples) / len(samples),
+            "eval_completion_tokens": sum(len(s.token_ids) for s in samples) / len(samples)}
+
+
+from data import INTERRUPT_PHRASE  # noqa: E402  (after the env vars above)
+
+if __name__ == "__main__":
+    import data
+    from config import parse_args
+    from transformers import AutoTokenizer
+    cfg = parse_args(["--mode", "sync"])
+    path = data.build_toy_model(cfg.out_dir)
+    tok = AutoTokenizer.from_pretrained(path)
+    gen = Generator(cfg, path, tok, "cpu")
+    rows = [dict(r, prompt_ids=data.format_prompt(tok, r["prompt"])) for r in data.toy_rows("val")[:4]]
+    for row in rows:
+        gen.submit(str(len(gen._groups)), 0, row["prompt_ids"], row["answer"], 2)
+    for g in gen.run_until_done({g.uid for g in gen.inflight()}):
+        for s in g.samples:
+            print(repr(s.text), "answer", g.answer, "reward", data.toy_reward(s.text, g.answer))
