@@ -29,19 +29,27 @@ INTERRUPT_PHRASE = "Okay, time is up. Let me stop thinking and formulate a final
 # Difficulty knobs. The number of terms sets the scratchpad length (about 10 tokens per running sum), so
 # completions vary 3x in length: the stragglers that PipelineRL is for (paper §3.1).
 TOY_MIN_TERMS, TOY_MAX_TERMS = 2, 6
-TOY_MAX_OPERAND = 19
+TOY_MAX_OPERAND = 9
 TOY_NUM_TRAIN, TOY_NUM_VAL = 4000, 1000  # prompts; validation is held out and never trained on
 TOY_SFT_STEPS, TOY_SFT_BATCH, TOY_SFT_LR = 300, 64, 2e-3  # supervised warm start (tuned for the base pass rate)
+# The warm start imitates sloppy traces: each running sum is off by 1-3 with this probability (and later sums
+# build on the slip), so the model learns the procedure but slips often, as an SFT model imitating imperfect
+# reasoning does. RL then has something real to fix: the reward is only for the right final answer.
+TOY_SFT_SLIP_RATE = 0.3
 
 
-def toy_problem(rng: random.Random) -> dict:
+def toy_problem(rng: random.Random, slip_rate: float = 0.0) -> dict:
+    """A sum of 2-6 terms; "solution" is a scratchpad of running sums, each slipping by 1-3 with slip_rate."""
     terms = [rng.randint(1, TOY_MAX_OPERAND) for _ in range(rng.randint(TOY_MIN_TERMS, TOY_MAX_TERMS))]
-    steps, total = [], terms[0]
+    steps, running = [], terms[0]
     for t in terms[1:]:
-        steps.append(f"{total}+{t}={total + t}")
-        total += t
-    return {"prompt": "Add: " + "+".join(map(str, terms)), "answer": str(total),
-            "solution": " ".join(steps) + f" {THINK_END}\\boxed{{{total}}}"}
+        result = running + t
+        if rng.random() < slip_rate:
+            result = max(0, result + rng.choice([-3, -2, -1, 1, 2, 3]))
+        steps.append(f"{running}+{t}={result}")
+        running = result
+    return {"prompt": "Add: " + "+".join(map(str, terms)), "answer": str(sum(terms)),
+            "solution": " ".join(steps) + f" {THINK_END}\\boxed{{{running}}}"}
 
 
 def toy_rows(split: str) -> list[dict]:
@@ -112,13 +120,13 @@ class PromptSampler:
     def __init__(self, rows: list[dict], seed: int, npr: bool, npr_threshold: float):
         self.rows, self.seed, self.npr, self.npr_threshold = rows, seed, npr, npr_threshold
         self.epoch, self.pos, self.serial = 0, 0, 0
-        self.order = self._order()
         self.requeued: list[int] = []  # prompts whose group was abandoned (pipeline lag bound): served first
         self.last_pass_rate: dict[int, float] = {}
         self.retired: set[int] = set()
+        self.order = self._order()
 
     def _order(self) -> list[int]:
-        order = [i for i in range(len(self.rows)) if i not in getattr(self, "retired", ())]
+        order = [i for i in range(len(self.rows)) if i not in self.retired]
         if not order:
             raise RuntimeError(f"No-Positive-Resampling retired all {len(self.rows)} training prompts: "
                                "the policy solves the whole training set (use --no_npr to keep sampling them)")
@@ -164,6 +172,7 @@ class PromptSampler:
 # --- the toy tokenizer and model -----------------------------------------------------------------------------
 CHAT_TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}{% endfor %}"
                  "{% if add_generation_prompt %}<|assistant|><think>{% endif %}")
+TOY_TIED = False
 TOY_MODEL = dict(vocab_size=384, hidden_size=128, intermediate_size=512, num_hidden_layers=4,
                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
 
@@ -200,8 +209,8 @@ def format_prompt(tokenizer, question: str) -> list[int]:
 
 
 def _toy_spec_hash() -> str:
-    spec = dict(TOY_MODEL, terms=(TOY_MIN_TERMS, TOY_MAX_TERMS, TOY_MAX_OPERAND), sft=(TOY_SFT_STEPS, TOY_SFT_BATCH,
-                TOY_SFT_LR), template=CHAT_TEMPLATE, phrase=INTERRUPT_PHRASE, version=1)
+    spec = dict(TOY_MODEL, tied=TOY_TIED, terms=(TOY_MIN_TERMS, TOY_MAX_TERMS, TOY_MAX_OPERAND), sft=(TOY_SFT_STEPS, TOY_SFT_BATCH,
+                TOY_SFT_LR, TOY_SFT_SLIP_RATE), template=CHAT_TEMPLATE, phrase=INTERRUPT_PHRASE, version=1)
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:10]
 
 
@@ -221,7 +230,7 @@ def build_toy_model(out_dir: str, log=print) -> str:
     tokenizer = build_toy_tokenizer()
     eos = tokenizer.convert_tokens_to_ids(EOS)
     torch.manual_seed(0)
-    model = Qwen2ForCausalLM(Qwen2Config(**TOY_MODEL, tie_word_embeddings=True, bos_token_id=eos, eos_token_id=eos,
+    model = Qwen2ForCausalLM(Qwen2Config(**TOY_MODEL, tie_word_embeddings=TOY_TIED, bos_token_id=eos, eos_token_id=eos,
                                          pad_token_id=eos, rope_theta=10000.0))
     # supervised warm start on fresh draws of the task distribution (never the validation prompts' seed)
     rng = random.Random(3)
@@ -230,7 +239,7 @@ def build_toy_model(out_dir: str, log=print) -> str:
     for step in range(TOY_SFT_STEPS):
         seqs, masks = [], []
         for _ in range(TOY_SFT_BATCH):
-            p = toy_problem(rng)
+            p = toy_problem(rng, TOY_SFT_SLIP_RATE)
             prompt = format_prompt(tokenizer, p["prompt"])
             target = tokenizer(p["solution"], add_special_tokens=False)["input_ids"] + [eos]
             seqs.append(prompt + target)

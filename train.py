@@ -188,8 +188,7 @@ while True:
     step = state["step"]
     # --- evaluate: mean pass rate on held-out prompts (paper §2.1), at step 0 and every eval_every steps
     if cfg.eval_every != -1 and (step % cfg.eval_every == 0 or step == cfg.max_steps):
-        state["gpu_hours"] += (time.time() - t_train_clock) * world / 3600
-        t0 = time.time()
+        t0 = time.time()  # gpu_hours was brought up to date at the end of the last step (0.0 before the first)
         ev = evaluate(gen, eval_rows, cfg, grade, step)
         n_eval = len(eval_rows) * cfg.eval_samples
         correct, trunc, ntok = all_sum(ev["pass_rate"] * n_eval, ev["eval_truncation_rate"] * n_eval,

@@ -1,0 +1,90 @@
+"""The toy task, its grader, and the prompt sampler's epochs and No-Positive-Resampling.
+
+    python -m pytest tests/test_data.py -q
+"""
+import random
+
+import data
+
+
+def test_toy_splits_are_fixed_and_disjoint():
+    train, val = data.toy_rows("train"), data.toy_rows("val")
+    assert len(train) == data.TOY_NUM_TRAIN and len(val) == data.TOY_NUM_VAL
+    assert not {r["prompt"] for r in train} & {r["prompt"] for r in val}
+    assert data.toy_rows("val") == val  # the same every time
+    for r in val[:50]:
+        assert str(sum(map(int, r["prompt"].removeprefix("Add: ").split("+")))) == r["answer"]
+
+
+def test_toy_solution_is_graded_correct_and_slips_are_wrong():
+    rng = random.Random(0)
+    for _ in range(200):
+        p = data.toy_problem(rng)
+        assert data.toy_reward(p["solution"], p["answer"]) == 1.0
+    slipped = [data.toy_problem(random.Random(i), slip_rate=1.0) for i in range(200)]
+    one_step = [p for p in slipped if p["prompt"].count("+") == 1]
+    assert one_step and all(data.toy_reward(p["solution"], p["answer"]) == -1.0 for p in one_step)
+    # every running sum slips; slips can cancel over several steps, but rarely
+    assert sum(data.toy_reward(p["solution"], p["answer"]) == -1.0 for p in slipped) > 0.7 * len(slipped)
+
+
+def test_grader_reads_only_the_final_answer_after_thinking():
+    assert data.toy_reward("1+2=3 </think>\\boxed{3}", "3") == 1.0
+    assert data.toy_reward("\\boxed{3} still thinking", "3") == -1.0  # never closed its thinking
+    assert data.toy_reward("\\boxed{3} </think>\\boxed{4}", "3") == -1.0  # the answer inside thinking is ignored
+    assert data.toy_reward("</think>\\boxed{4} \\boxed{3}", "3") == 1.0  # the last boxed answer counts
+    assert data.toy_reward("", "3") == -1.0
+
+
+def test_tokenizer_and_chat_template(tokenizer):
+    ids = data.format_prompt(tokenizer, "Add: 12+7")
+    assert tokenizer.decode(ids) == "<|user|>Add: 12+7<|assistant|><think>"
+    phrase = tokenizer(data.INTERRUPT_PHRASE, add_special_tokens=False)["input_ids"]
+    assert tokenizer.convert_tokens_to_ids("</think>") == phrase[-1]
+    assert len(phrase) < 25  # trained into the vocabulary, not 80 single characters
+    digits = tokenizer("123", add_special_tokens=False)["input_ids"]
+    assert len(digits) == 3  # one token per digit
+
+
+def _rows(n):
+    return [{"prompt": f"p{i}", "answer": "0", "prompt_ids": [i]} for i in range(n)]
+
+
+def test_sampler_covers_every_prompt_once_per_epoch():
+    s = data.PromptSampler(_rows(10), seed=3, npr=True, npr_threshold=0.9)
+    first = [i for i, _ in s.draw(10)]
+    second = [i for i, _ in s.draw(10)]
+    assert sorted(first) == sorted(second) == list(range(10))
+    assert first != second  # a fresh order every epoch
+    uids = [u for _, u in s.draw(5)]
+    assert len(set(uids)) == 5
+
+
+def test_npr_retires_easy_prompts_from_later_epochs_only():
+    s = data.PromptSampler(_rows(10), seed=0, npr=True, npr_threshold=0.9)
+    epoch0 = [i for i, _ in s.draw(4)]
+    s.record(epoch0[0], 15 / 16)  # >= 0.9: retired
+    s.record(epoch0[1], 0.0)      # all wrong: zero-variance filtering drops it from the loss, NPR keeps it
+    s.record(epoch0[2], 0.85)
+    rest = [i for i, _ in s.draw(6)]
+    assert sorted(epoch0 + rest) == list(range(10))  # the current epoch is not changed
+    later = [i for i, _ in s.draw(9 * 5)]
+    assert epoch0[0] not in later and epoch0[1] in later and epoch0[2] in later
+    assert s.retired == {epoch0[0]}
+
+
+def test_npr_off_keeps_every_prompt():
+    s = data.PromptSampler(_rows(4), seed=0, npr=False, npr_threshold=0.9)
+    for i, _ in s.draw(4):
+        s.record(i, 1.0)
+    assert sorted(i for i, _ in s.draw(4)) == [0, 1, 2, 3]
+
+
+def test_sampler_state_round_trips():
+    a = data.PromptSampler(_rows(7), seed=1, npr=True, npr_threshold=0.9)
+    a.draw(9)
+    a.record(3, 1.0)
+    a.requeue([5])
+    b = data.PromptSampler(_rows(7), seed=1, npr=True, npr_threshold=0.9)
+    b.load_state_dict(a.state_dict())
+    assert a.draw(20) == b.draw(20)
