@@ -3,7 +3,7 @@
 A checkpoint is out_dir/<run>/ckpt-<step>/ holding
   model.safetensors, config.json, tokenizer files   Hugging Face format: loads in transformers and `vllm serve`
   optimizer.pt                                       full AdamW state (torch.load(weights_only=True))
-  state.json                                         counters, every rank's data order and curriculum (NPR)
+  state.json                                         counters, data order and curriculum (NPR), drawn prompts
   rng.pt                                             every rank's torch RNG states
   manifest.json                                      the size of every file above, written last
 It is written to ckpt-<step>.tmp and renamed into place, so a folder named ckpt-<step> is complete; on load a
@@ -25,13 +25,14 @@ def model_dir(run_dir: str, step: int) -> str:
     return os.path.join(run_dir, f"ckpt-{step:06d}")
 
 
-def save(run_dir: str, state: dict, model, optimizer, sampler, tokenizer, cfg, rank: int, world: int):
-    """Collective: every rank calls it. Rank 0 writes."""
+def save(run_dir: str, state: dict, model, optimizer, sampler_state: dict, tokenizer, cfg):
+    """Collective: every rank calls it. Rank 0 writes. Nothing in it depends on the number of ranks, so a run
+    may resume on a different number of devices."""
+    rank, world = dist.get_rank(), dist.get_world_size()
     full = StateDictOptions(full_state_dict=True, cpu_offload=True)
     model_sd = get_model_state_dict(model, options=full)
     optim_sd = get_optimizer_state_dict(model, optimizer, options=full)
-    samplers, rngs = [None] * world, [None] * world
-    dist.all_gather_object(samplers, sampler.state_dict())
+    rngs = [None] * world
     rng = {"cpu": torch.get_rng_state()}
     if torch.cuda.is_available():
         rng["cuda"] = torch.cuda.get_rng_state()
@@ -46,7 +47,7 @@ def save(run_dir: str, state: dict, model, optimizer, sampler, tokenizer, cfg, r
         torch.save(optim_sd, os.path.join(tmp, "optimizer.pt"))
         torch.save(rngs, os.path.join(tmp, "rng.pt"))
         with open(os.path.join(tmp, "state.json"), "w") as f:
-            json.dump({"counters": state, "world_size": world, "samplers": samplers, "run_name": cfg.run_name}, f)
+            json.dump({"counters": state, "world_size": world, "sampler": sampler_state, "run_name": cfg.run_name}, f)
         sizes = {name: os.path.getsize(os.path.join(tmp, name)) for name in sorted(os.listdir(tmp))}
         with open(os.path.join(tmp, "manifest.json"), "w") as f:
             json.dump(sizes, f)
@@ -95,20 +96,18 @@ def find_latest(run_dir: str, log=print) -> str | None:
     return choice[0]
 
 
-def load_state(path: str, model, optimizer, sampler, rank: int, world: int) -> dict:
+def load_state(path: str, model, optimizer, sampler, rank: int) -> dict:
     """Restore optimizer, data order, curriculum and RNG; return the counters. The model weights were loaded
     from the same folder by from_pretrained."""
     with open(os.path.join(path, "state.json")) as f:
         saved = json.load(f)
-    if saved["world_size"] != world:
-        raise RuntimeError(f"{path} was written by {saved['world_size']} ranks; resume with the same number "
-                           f"(each rank owns a shard of the prompts and its curriculum)")
     optim_sd = torch.load(os.path.join(path, "optimizer.pt"), weights_only=True) if rank == 0 else {}
     set_optimizer_state_dict(model, optimizer, optim_sd,
                              options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
-    sampler.load_state_dict(saved["samplers"][rank])
-    rng = torch.load(os.path.join(path, "rng.pt"), weights_only=True)[rank]
-    torch.set_rng_state(rng["cpu"])
-    if "cuda" in rng and torch.cuda.is_available():
-        torch.cuda.set_rng_state(rng["cuda"])
+    sampler.load_state_dict(saved["sampler"])
+    rngs = torch.load(os.path.join(path, "rng.pt"), weights_only=True)
+    if rank < len(rngs):  # the same number of ranks as before: each gets its own RNG state back
+        torch.set_rng_state(rngs[rank]["cpu"])
+        if "cuda" in rngs[rank] and torch.cuda.is_available():
+            torch.cuda.set_rng_state(rngs[rank]["cuda"])
     return saved["counters"]

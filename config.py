@@ -102,9 +102,9 @@ class Config:
 # forces differs from the paper: a smaller batch, budgets of tens of tokens instead of thousands, a higher
 # learning rate with a short warm-up for a tiny model, and frequent small evaluations.
 TOY = dict(
-    batch=128, group=8, max_steps=200, lr=1e-4, warmup_steps=20, grad_clip=1.0,
+    batch=128, group=8, max_steps=500, lr=3e-5, warmup_steps=20, grad_clip=1.0,
     prompt_max_tokens=48, think_min_tokens=40, think_max_tokens=56, answer_max_tokens=12,
-    eval_every=10, eval_prompts=200, eval_samples=4, save_every=50, micro_batch_tokens=1024,
+    eval_every=25, eval_prompts=200, eval_samples=4, save_every=50, micro_batch_tokens=1024,
 )
 
 

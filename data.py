@@ -72,12 +72,105 @@ class DataError(ValueError):
     """A dataset problem the user can fix: reported as one line naming the file and row."""
 
 
+# Named datasets: where each lives on the Hub and which fields hold the prompt and the answer (one place).
+# answer_after: the answer is the text after this marker; answer_boxed: the answer is the last \boxed{} of
+# the field (a worked solution). eval: the evaluation set used when --eval_dataset is not given.
+DATASETS = {
+    "polaris": dict(path="POLARIS-Project/Polaris-Dataset-53K", split="train", prompt="problem", answer="answer"),
+    "deepscaler": dict(path="agentica-org/DeepScaleR-Preview-Dataset", split="train", prompt="problem",
+                       answer="answer"),
+    "gsm8k": dict(path="openai/gsm8k", name="main", split="train", prompt="question", answer="answer",
+                  answer_after="####", eval="gsm8k_test"),
+    "math": dict(path="DigitalLearningGmbH/MATH-lighteval", split="train", prompt="problem", answer="solution",
+                 answer_boxed=True, eval="math500"),
+    # evaluation sets for --eval_dataset
+    "gsm8k_test": dict(path="openai/gsm8k", name="main", split="test", prompt="question", answer="answer",
+                       answer_after="####"),
+    "math500": dict(path="HuggingFaceH4/MATH-500", split="test", prompt="problem", answer="answer"),
+    "aime24": dict(path="HuggingFaceH4/aime_2024", split="train", prompt="problem", answer="answer"),
+}
+LOCAL_PROMPT_FIELDS, LOCAL_ANSWER_FIELDS = ("prompt", "problem", "question"), ("answer",)
+MATH_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
+NUM_HELD_OUT = 1000  # paper §2.1: 1,000 prompts held out at random for validation
+HELD_OUT_SEED = 1234  # fixed, whatever --seed, so runs that differ in seed share one validation set
+
+
+def _read(name: str) -> tuple[list[dict], dict]:
+    """Rows of a named dataset or a local .jsonl/.parquet file, through `datasets`, and its field spec."""
+    import datasets
+    if name in DATASETS:
+        spec = DATASETS[name]
+        try:
+            ds = datasets.load_dataset(spec["path"], spec.get("name"), split=spec["split"])
+        except Exception as e:  # offline, not cached, moved: one line, not a traceback
+            raise DataError(f"dataset {name!r} ({spec['path']}) could not be loaded from the Hugging Face Hub: it "
+                            f"needs a download or a local cache ({type(e).__name__}: {str(e)[:200]})") from None
+        return ds.to_list(), spec
+    if not name.endswith((".jsonl", ".json", ".parquet")):
+        raise DataError(f"--dataset {name!r}: not a named dataset ({', '.join(DATASETS)}, toy) or a .jsonl/.parquet file")
+    if not os.path.isfile(name):
+        raise DataError(f"--dataset {name}: no such file")
+    try:
+        ds = datasets.load_dataset("parquet" if name.endswith(".parquet") else "json", data_files=name, split="train")
+    except Exception as e:
+        raise DataError(f"{name}: cannot be read as {'parquet' if name.endswith('.parquet') else 'JSON lines'} "
+                        f"({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})") from None
+    rows = ds.to_list()
+    fields = set(ds.column_names)
+    prompt = next((f for f in LOCAL_PROMPT_FIELDS if f in fields), None)
+    answer = next((f for f in LOCAL_ANSWER_FIELDS if f in fields), None)
+    if prompt is None or answer is None:
+        raise DataError(f"{name}: rows need a prompt field ({'/'.join(LOCAL_PROMPT_FIELDS)}) and an 'answer' field; "
+                        f"found {sorted(fields)}")
+    return rows, {"prompt": prompt, "answer": answer}
+
+
+def _rows(name: str) -> list[dict]:
+    """{"prompt", "answer"} rows, checked: every row must have text in both fields."""
+    raw, spec = _read(name)
+    if not raw:
+        raise DataError(f"{name}: the dataset is empty")
+    rows = []
+    for i, row in enumerate(raw):
+        prompt, answer = row.get(spec["prompt"]), row.get(spec["answer"])
+        if isinstance(answer, (int, float)) and not isinstance(answer, bool):
+            answer = str(answer)
+        for field_name, value in ((spec["prompt"], prompt), (spec["answer"], answer)):
+            if not isinstance(value, str) or not value.strip():
+                raise DataError(f"{name}: row {i} has no text in field {field_name!r} (got {type(value).__name__})")
+        if spec.get("answer_after"):
+            answer = answer.rsplit(spec["answer_after"], 1)[-1]
+        if spec.get("answer_boxed"):
+            boxes = boxed_answers(answer, thinking=False)
+            if not boxes:
+                raise DataError(f"{name}: row {i} has no \\boxed{{}} answer in field {spec['answer']!r}")
+            answer = boxes[-1]
+        rows.append({"prompt": prompt, "answer": answer.strip().replace(",", "") if spec.get("answer_after") else answer.strip()})
+    return rows
+
+
 def load_task(cfg, tokenizer) -> tuple[list[dict], list[dict], callable]:
     """(train rows, eval rows, grade) for cfg.dataset. Rows are {"prompt", "answer", "prompt_ids"}; prompts
-    longer than prompt_max_tokens are dropped. grade(completion, answer) -> reward."""
-    if cfg.dataset != "toy":
-        raise DataError(f"--dataset {cfg.dataset!r}: unknown dataset (the toy is 'toy')")
-    train, val = toy_rows("train"), toy_rows("val")
+    longer than prompt_max_tokens are dropped. grade(completions, answers) -> rewards."""
+    if cfg.dataset == "toy":
+        train, val, grade = toy_rows("train"), toy_rows("val"), grade_toy
+    else:
+        train = _rows(cfg.dataset)
+        eval_name = cfg.eval_dataset or DATASETS.get(cfg.dataset, {}).get("eval")
+        if eval_name:
+            val = _rows(eval_name)
+        else:  # hold out validation prompts at random (paper §2.1)
+            order = list(range(len(train)))
+            random.Random(HELD_OUT_SEED).shuffle(order)
+            held = set(order[:min(NUM_HELD_OUT, len(train) // 10)])
+            train, val = [r for i, r in enumerate(train) if i not in held], [train[i] for i in sorted(held)]
+        if not val:
+            raise DataError(f"{cfg.dataset}: too few rows to hold out a validation split (use --eval_dataset)")
+        for r in train + val:
+            r["prompt"] = f"{r['prompt']}\n{MATH_INSTRUCTION}"
+        thinking = prompt_opens_thinking(tokenizer)
+        grader = MathGrader(cfg.grade_timeout_s, thinking=thinking)
+        grade = grader.__call__
     for rows in (train, val):
         for r in rows:
             r["prompt_ids"] = format_prompt(tokenizer, r["prompt"])
@@ -85,10 +178,10 @@ def load_task(cfg, tokenizer) -> tuple[list[dict], list[dict], callable]:
     train, val = keep(train), keep(val)
     if not train:
         raise DataError(f"--dataset {cfg.dataset}: no training prompt fits in --prompt_max_tokens {cfg.prompt_max_tokens}")
-    return train, val, toy_reward
+    return train, val, grade
 
 
-# --- graders -------------------------------------------------------------------------------------------------
+# --- graders: grade(completions, answers) -> rewards, +1 correct and -1 otherwise (paper A.3) ----------------------
 _BOXED = re.compile(r"\\boxed\{([^{}]{0,64})\}")
 
 
@@ -102,8 +195,143 @@ def final_answer(completion: str) -> str | None:
 
 
 def toy_reward(completion: str, answer: str) -> float:
-    """Exact match of the final boxed answer: +1 correct, -1 otherwise (paper A.3: rewards are +-1)."""
+    """Exact match of the final boxed answer (the toy's answers are integers)."""
     return 1.0 if final_answer(completion) == answer else -1.0
+
+
+def grade_toy(completions: list[str], answers: list[str]) -> list[float]:
+    return [toy_reward(c, a) for c, a in zip(completions, answers)]
+
+
+MAX_ANSWER_CHARS = 1000  # a boxed answer longer than this is wrong without being parsed
+_TAIL_CHARS = 20_000  # only the end of a completion is searched for its answer
+
+
+def boxed_answers(completion: str, thinking: bool) -> list[str] | None:
+    """Every \\boxed{...} in the final answer, scanning balanced braces over a bounded tail of the text; None
+    when there is no final answer part. The final answer is what follows the last </think>; a completion that
+    opened thinking (in its prompt, `thinking`, or by writing <think>) and never closed it has none."""
+    if THINK_END in completion:
+        completion = completion.rsplit(THINK_END, 1)[1]
+    elif thinking or THINK_START in completion:
+        return None  # never stopped thinking: an answer inside the thinking part does not count
+    text, found, i = completion[-_TAIL_CHARS:], [], 0
+    while (i := text.find("\\boxed{", i)) != -1:
+        depth, j = 1, i + len("\\boxed{")
+        while j < len(text) and depth and j - i < MAX_ANSWER_CHARS + 8:
+            depth += {"{": 1, "}": -1}.get(text[j], 0)
+            j += 1
+        if depth == 0:
+            found.append(text[i + len("\\boxed{"):j - 1].strip())
+        i += 1
+    return found
+
+
+# The worker: math-verify in a child process that reads one JSON request per line and answers "1" or "0".
+# A separate process because math-verify's timeouts are signal based (main thread only) and some sympy work
+# (9^9^9^9) sits in C code that no signal interrupts: the parent enforces the deadline by killing the worker.
+# Predictions are parsed as LaTeX only: math-verify's plain-expression path calls sympy's parse_expr, which
+# uses eval; gold answers come from the dataset and are trusted.
+_WORKER = r"""
+import json, logging, os, sys
+logging.disable(logging.CRITICAL)
+from functools import lru_cache
+from math_verify import LatexExtractionConfig, parse, verify
+gold = lru_cache(maxsize=4096)(lambda a: parse(a, parsing_timeout=None))
+latex_only = [LatexExtractionConfig(boxed_match_priority=0)]
+print("ready", flush=True)
+for line in sys.stdin:
+    try:
+        req = json.loads(line)
+        pred = parse("\\boxed{" + req["content"] + "}", extraction_config=latex_only, parsing_timeout=None)
+        ok = bool(pred) and bool(verify(gold(req["answer"]), pred, timeout_seconds=None))
+    except BaseException:
+        ok = False
+    print("1" if ok else "0", flush=True)
+"""
+
+
+class MathGrader:
+    """math-verify on untrusted completions, each bounded by timeout_s seconds of wall clock, in a few
+    worker processes (usable from any thread). A worker that misses its deadline is killed and replaced; its
+    completion gets the incorrect reward. Workers' stderr goes to /dev/null: math-verify prints the entire
+    offending input on a timeout. Rules, in the parent, before any parsing: no answer part or no \\boxed{} ->
+    incorrect; several \\boxed{} with different contents -> incorrect (no hedging); an answer longer than
+    MAX_ANSWER_CHARS -> incorrect."""
+
+    def __init__(self, timeout_s: float = 1.0, num_workers: int = 0, thinking: bool = True):
+        import tempfile
+        self.timeout_s, self.thinking = timeout_s, thinking
+        self.workdir = tempfile.mkdtemp(prefix="grader-")  # the workers' cwd: nothing lands in the project
+        self.workers = [self._spawn() for _ in range(num_workers or max(1, min(4, os.cpu_count() or 1)))]
+        self.killed = 0  # workers replaced after a missed deadline
+
+    def _spawn(self):
+        import subprocess
+        import sys
+        proc = subprocess.Popen([sys.executable, "-c", _WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, cwd=self.workdir, text=True, bufsize=1)
+        return {"proc": proc, "ready": False}
+
+    def _take(self, k: int):
+        """Worker k, restarted if it died, once it has imported math-verify (start-up is not graded time)."""
+        import select
+        w = self.workers[k]
+        if w["proc"].poll() is not None:
+            self.workers[k] = w = self._spawn()
+        if not w["ready"]:
+            ok, _, _ = select.select([w["proc"].stdout], [], [], 120)
+            if not ok or w["proc"].stdout.readline().strip() != "ready":
+                raise RuntimeError("a math-verify grading worker failed to start (is math-verify installed?)")
+            w["ready"] = True
+        return w["proc"]
+
+    def __call__(self, completions: list[str], answers: list[str]) -> list[float]:
+        import select
+        rewards, todo = [-1.0] * len(completions), []
+        for n, (completion, answer) in enumerate(zip(completions, answers)):
+            completion = completion.encode("utf-8", "replace").decode("utf-8").replace("\x00", "")
+            boxes = boxed_answers(completion, self.thinking)
+            if boxes and len(set(boxes)) == 1 and len(boxes[0]) <= MAX_ANSWER_CHARS:
+                todo.append((n, json.dumps({"content": boxes[0], "answer": str(answer)})))
+        busy = {}  # worker index -> (item index, deadline)
+        while todo or busy:
+            for k in range(len(self.workers)):
+                if k not in busy and todo:
+                    n, request = todo.pop()
+                    self._take(k).stdin.write(request + "\n")
+                    busy[k] = (n, time.monotonic() + self.timeout_s)
+            wait = max(0.0, min(deadline for _, deadline in busy.values()) - time.monotonic())
+            readable, _, _ = select.select([self.workers[k]["proc"].stdout for k in busy], [], [], wait)
+            for k, (n, deadline) in list(busy.items()):
+                proc = self.workers[k]["proc"]
+                if proc.stdout in readable:
+                    rewards[n] = 1.0 if proc.stdout.readline().strip() == "1" else -1.0
+                    del busy[k]
+                elif time.monotonic() >= deadline:  # over its time: incorrect, and a fresh worker
+                    proc.kill()
+                    proc.wait()
+                    self.workers[k] = self._spawn()
+                    self.killed += 1
+                    del busy[k]
+        return rewards
+
+    def close(self):
+        for w in self.workers:
+            w["proc"].kill()
+            w["proc"].wait()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+_default_grader = None
+
+
+def math_reward(completion: str, answer: str) -> float:
+    """Grade one completion with math-verify against a trusted answer: +1 or -1, within about a second."""
+    global _default_grader
+    if _default_grader is None:
+        _default_grader = MathGrader()
+    return _default_grader([completion], [answer])[0]
 
 
 # --- which prompt next: epochs, and No-Positive-Resampling ------------------------------------------------------
@@ -115,12 +343,16 @@ class PromptSampler:
     "History" here is the pass rate of the prompt's most recent group of G completions: the policy keeps
     changing, so an old average says less than the latest measurement, and once easy a prompt tends to stay
     easy (paper §3.2). Prompts at pass rate 0 are never retired: zero-variance filtering only drops them from
-    the loss. All state is plain data so checkpoints restore the exact data order and curriculum."""
+    the loss.
+
+    Every rank holds an identical copy: draws are global (rank r keeps every world-th prompt) and every
+    rank records every group's pass rate, so the global batch, its seeds and the curriculum do not depend on
+    the number of ranks. All state is plain data: checkpoints restore the exact data order and curriculum."""
 
     def __init__(self, rows: list[dict], seed: int, npr: bool, npr_threshold: float):
         self.rows, self.seed, self.npr, self.npr_threshold = rows, seed, npr, npr_threshold
         self.epoch, self.pos, self.serial = 0, 0, 0
-        self.requeued: list[int] = []  # prompts whose group was abandoned (pipeline lag bound): served first
+        self.requeued: list[int] = []  # prompts drawn but never trained on (see Rollouts.pending): served first
         self.last_pass_rate: dict[int, float] = {}
         self.retired: set[int] = set()
         self.order = self._order()
@@ -133,8 +365,9 @@ class PromptSampler:
         random.Random(self.seed * 1_000_003 + self.epoch).shuffle(order)
         return order
 
-    def draw(self, n: int) -> list[tuple[int, str]]:
-        """n (prompt index, unique id) pairs; the id seeds that group's sampling."""
+    def draw(self, n: int, rank: int = 0, world: int = 1) -> list[tuple[int, int]]:
+        """n global draws; this rank's share as (prompt index, serial). The serial numbers every draw of the
+        run and seeds that group's sampling."""
         out = []
         for _ in range(n):
             if self.requeued:
@@ -145,21 +378,20 @@ class PromptSampler:
                     self.order = self._order()
                 idx = self.order[self.pos]
                 self.pos += 1
-            out.append((idx, str(self.serial)))
+            if self.serial % world == rank:
+                out.append((idx, self.serial))
             self.serial += 1
         return out
-
-    def requeue(self, prompt_idxs: list[int]):
-        self.requeued += prompt_idxs
 
     def record(self, prompt_idx: int, pass_rate: float):
         self.last_pass_rate[prompt_idx] = pass_rate
         if self.npr and pass_rate >= self.npr_threshold:
             self.retired.add(prompt_idx)
 
-    def state_dict(self) -> dict:
+    def state_dict(self, pending: list[int] = ()) -> dict:
+        """pending: prompts drawn but not trained on yet; they come first after a resume."""
         return {"epoch": self.epoch, "pos": self.pos, "serial": self.serial, "order": self.order,
-                "requeued": self.requeued, "retired": sorted(self.retired),
+                "requeued": list(pending) + self.requeued, "retired": sorted(self.retired),
                 "last_pass_rate": {str(k): v for k, v in self.last_pass_rate.items()}}
 
     def load_state_dict(self, state: dict):
@@ -202,10 +434,18 @@ def build_toy_tokenizer():
 
 
 def format_prompt(tokenizer, question: str) -> list[int]:
-    """Token ids of a chat-formatted prompt ending in the generation prompt (<think> where the model has one)."""
+    """Token ids of the prompt: the tokenizer's chat template with its generation prompt, in thinking mode where
+    the template has one (Qwen3's enable_thinking); plain text for tokenizers without a template."""
+    if not tokenizer.chat_template:
+        return tokenizer(question, add_special_tokens=True)["input_ids"]
     text = tokenizer.apply_chat_template([{"role": "user", "content": question}], tokenize=False,
-                                         add_generation_prompt=True)
+                                         add_generation_prompt=True, enable_thinking=True)
     return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def prompt_opens_thinking(tokenizer) -> bool:
+    """Whether the formatted prompt itself opens the thinking block (the completion then starts inside it)."""
+    return tokenizer.decode(format_prompt(tokenizer, "x")).rstrip().endswith(THINK_START)
 
 
 def _toy_spec_hash() -> str:

@@ -68,6 +68,7 @@ class Sample:
 class Group:
     """G completions of one prompt: the unit of advantages, zero-variance filtering and NPR."""
     uid: str  # unique per submission: seeds the sampling
+    serial: int  # the sampler's draw number (-1 for evaluation): orders groups
     prompt_idx: int  # row of the dataset
     prompt_ids: list[int]
     answer: str
@@ -91,9 +92,13 @@ class Generator:
         self.cfg = cfg
         self.tokenizer = tokenizer
         self.eos_id = tokenizer.eos_token_id
-        self.think_end_id = tokenizer.convert_tokens_to_ids("</think>") if cfg.interruptions else None
         self.phrase_ids = tokenizer(INTERRUPT_PHRASE, add_special_tokens=False)["input_ids"]
         self.use_interruptions = cfg.interruptions and not cfg.length_penalty
+        self.think_end_id = tokenizer.convert_tokens_to_ids(THINK_END)
+        if self.use_interruptions and (self.think_end_id in (None, tokenizer.unk_token_id)
+                                       or tokenizer.convert_ids_to_tokens(self.think_end_id) != THINK_END):
+            raise ValueError(f"forced interruptions need a tokenizer with a single {THINK_END} token; this one has "
+                             "none (pass --no_interruptions or --length_penalty)")
         on_cpu = device == "cpu"
         # Prefix caching shares a group's prompt prefill, but a cached block computed by old weights must
         # never be reused after an update (a common stale-cache bug, peers.md #12). Outside pipeline mode
@@ -131,8 +136,8 @@ class Generator:
         self.tokens_generated = 0
 
     # --- requests ---
-    def submit(self, uid: str, prompt_idx: int, prompt_ids: list[int], answer: str, n: int):
-        group = Group(uid, prompt_idx, prompt_ids, answer, [Sample() for _ in range(n)])
+    def submit(self, uid: str, prompt_idx: int, prompt_ids: list[int], answer: str, n: int, serial: int = -1):
+        group = Group(uid, serial, prompt_idx, prompt_ids, answer, [Sample() for _ in range(n)])
         self._groups[uid] = group
         self._pending[uid] = n
         for i in range(n):
@@ -254,78 +259,90 @@ def _retie_lm_head(model):
 
 
 class Rollouts:
-    """One batch of finished, graded groups per optimizer step, in the chosen off-policy mode (paper §3.1)."""
+    """One batch of finished, graded groups per optimizer step, in the chosen off-policy mode (paper §3.1).
+    With several ranks each rank generates its share of every global draw (data.PromptSampler), and calls
+    next_batch once per step like every other rank, so the global batch is the same for any world size."""
 
-    def __init__(self, gen: Generator, sampler, grade, cfg):
-        self.gen, self.sampler, self.grade, self.cfg = gen, sampler, grade, cfg
+    def __init__(self, gen: Generator, sampler, grade, cfg, rank: int = 0, world: int = 1):
+        self.gen, self.sampler, self.grade, self.cfg, self.rank, self.world = gen, sampler, grade, cfg, rank, world
         self.queue: list[Group] = []  # ppo mode: the rest of the k mini-batches
+        self.records: list[tuple[int, float]] = []  # (prompt, pass rate) graded since the last take_records()
         self.stale_restarts = 0
+        self.t_grade = 0.0  # seconds spent grading, accumulated (train.py logs it per step)
 
-    def _submit(self, n_prompts: int):
-        for prompt_idx, uid in self.sampler.draw(n_prompts):
+    def pending(self) -> list[tuple[int, int]]:
+        """(serial, prompt) of this rank's draws not trained on yet: in flight, finished, or queued."""
+        return [(g.serial, g.prompt_idx) for g in self.gen.inflight() + self.gen.finished + self.queue if g.serial >= 0]
+
+    def take_records(self) -> list[tuple[int, float]]:
+        records, self.records = self.records, []
+        return records
+
+    def _submit(self, n_global: int):
+        for prompt_idx, serial in self.sampler.draw(n_global, self.rank, self.world):
             row = self.sampler.rows[prompt_idx]
-            self.gen.submit(uid, prompt_idx, row["prompt_ids"], row["answer"], self.cfg.group)
+            self.gen.submit(str(serial), prompt_idx, row["prompt_ids"], row["answer"], self.cfg.group, serial)
 
     def _grade(self, groups: list[Group]) -> list[Group]:
-        for g in groups:
-            for s in g.samples:
-                s.reward = self.grade(s.text, g.answer)
-                s.correct = s.reward > 0
-                if self.cfg.length_penalty:  # DAPO overlong penalty (paper Eq. 9), on correct traces only
-                    overlong = len(s.token_ids) - self.cfg.think_max_tokens
-                    s.reward += min(0.0, max(-1.0, -overlong / self.cfg.answer_max_tokens)) if s.correct else 0.0
-            self.sampler.record(g.prompt_idx, sum(s.correct for s in g.samples) / len(g.samples))
+        t0 = time.time()
+        samples = [(s, g.answer) for g in groups for s in g.samples]
+        rewards = self.grade([s.text for s, _ in samples], [a for _, a in samples])
+        for (s, _), reward in zip(samples, rewards):
+            s.correct = reward > 0
+            s.reward = reward
+            if self.cfg.length_penalty and s.correct:  # DAPO overlong penalty (paper Eq. 9), on correct traces
+                s.reward += min(0.0, max(-1.0, (self.cfg.think_max_tokens - len(s.token_ids)) / self.cfg.answer_max_tokens))
+        self.records += [(g.prompt_idx, sum(s.correct for s in g.samples) / len(g.samples)) for g in groups]
+        self.t_grade += time.time() - t0
         return groups
 
     def next_batch(self) -> list[Group]:
         cfg, gen, per_step = self.cfg, self.gen, self.cfg.prompts_per_step
         if cfg.mode == "sync" or (cfg.mode == "ppo" and not self.queue):
             # on-policy: one generation per step; PPO-off-policy-k: k steps' worth, then k mini-batch steps
-            n = per_step * (cfg.k if cfg.mode == "ppo" else 1)
-            self._submit(n)
+            self._submit(per_step * (cfg.k if cfg.mode == "ppo" else 1))
             groups = self._grade(gen.run_until_done({g.uid for g in gen.inflight()}))
-            groups.sort(key=lambda g: int(g.uid))  # submission order, whatever order they finished in
-            self.queue = groups
+            self.queue = sorted(groups, key=lambda g: g.serial)  # draw order, whatever order they finished in
         if cfg.mode in ("sync", "ppo"):
-            batch, self.queue = self.queue[:per_step], self.queue[per_step:]
+            batch, self.queue = self.queue[:per_step // self.world], self.queue[per_step // self.world:]
             return batch
-        # pipeline: keep two batches of prompts in flight, train on the oldest finished groups as soon as a
-        # batch's worth is ready; the rest keep decoding across the weight update
+        # pipeline: two batches of prompts in flight; train on the oldest finished groups as soon as a batch's
+        # worth is ready, while the rest keep decoding across the weight update (in-flight update)
+        if not gen.inflight() and not gen.finished:
+            self._submit(per_step)  # the very first step also fills the second batch
+        self._submit(per_step)
         oldest_allowed = gen.version - (cfg.k - 1)
-        stale = {g.uid for g in gen.inflight() + gen.finished if g.first_version() < oldest_allowed}
-        if stale:  # they can never be trained on: restart their prompts rather than waste more compute
-            restart = [(g.prompt_idx, g.uid) for g in gen.inflight() + gen.finished if g.uid in stale]
-            gen.abort(stale)
-            gen.take(stale)
-            self.sampler.requeue([p for p, _ in restart])
-            self.stale_restarts += len(stale)
-        while True:
-            missing = 2 * per_step - (len(gen.inflight()) + len(gen.finished))
-            if missing > 0:
-                self._submit(missing)
-            if len(gen.finished) >= per_step:
-                break
+        for g in gen.inflight() + gen.finished:
+            if g.first_version() < oldest_allowed:  # can never be trained on: start it over at this version
+                gen.abort({g.uid})
+                gen.take({g.uid})
+                gen.submit(f"{g.serial}.{g.uid.count('.') + 1}", g.prompt_idx, g.prompt_ids, g.answer,
+                           cfg.group, g.serial)
+                self.stale_restarts += 1
+        while len(gen.finished) < per_step // self.world:
             gen.step()
-        ready = sorted(gen.finished, key=lambda g: (g.first_version(), int(g.uid)))[:per_step]
+        ready = sorted(gen.finished, key=lambda g: (g.first_version(), g.serial))[:per_step // self.world]
         return self._grade(gen.take({g.uid for g in ready}))
 
 
-def evaluate(gen: Generator, rows: list[dict], cfg, grade, step: int) -> dict:
-    """Mean pass rate over eval_samples completions of each held-out prompt (the paper's mean@16)."""
+def evaluate(gen: Generator, rows: list[dict], cfg, grade, first_index: int = 0, stride: int = 1) -> dict:
+    """Sums over these held-out prompts, eval_samples completions each (the paper's mean@16 is
+    correct / samples). Seeds come from each prompt's index in the whole validation set (rows[j] is number
+    first_index + j * stride), so every evaluation, on any number of ranks, samples alike: successive pass
+    rates differ by the policy only."""
     uids = set()
     for j, row in enumerate(rows):
-        uid = f"eval-{j}"  # the same seeds at every evaluation: successive pass rates differ by the policy only
+        uid = f"eval-{first_index + j * stride}"
         gen.submit(uid, j, row["prompt_ids"], row["answer"], cfg.eval_samples)
         uids.add(uid)
-    groups = gen.run_until_done(uids)
+    groups = gen.run_until_done(uids) if uids else []
     samples = [s for g in groups for s in g.samples]
-    correct = [grade(s.text, g.answer) > 0 for g in groups for s in g.samples]
-    return {"pass_rate": sum(correct) / len(correct),
-            "eval_truncation_rate": sum(s.truncated for s in samples) / len(samples),
-            "eval_completion_tokens": sum(len(s.token_ids) for s in samples) / len(samples)}
+    rewards = grade([s.text for s in samples], [g.answer for g in groups for _ in g.samples]) if samples else []
+    return {"correct": sum(r > 0 for r in rewards), "samples": len(samples),
+            "truncated": sum(s.truncated for s in samples), "completion_tokens": sum(len(s.token_ids) for s in samples)}
 
 
-from data import INTERRUPT_PHRASE  # noqa: E402  (after the env vars above)
+from data import INTERRUPT_PHRASE, THINK_END  # noqa: E402  (after the env vars above)
 
 if __name__ == "__main__":
     import data

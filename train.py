@@ -85,9 +85,15 @@ else:
 try:
     context = AutoConfig.from_pretrained(model_path).max_position_embeddings
     tokenizer = AutoTokenizer.from_pretrained(model_path)
+except (OSError, ValueError) as e:  # not on disk and no network, or not a causal LM folder
+    fail(f"--model {cfg.model}: cannot load its config and tokenizer ({type(e).__name__}: {str(e).splitlines()[0][:200]})")
+try:
     train_rows, eval_rows, grade = data.load_task(cfg, tokenizer)
 except data.DataError as e:
     fail(str(e))
+if cfg.interruptions and not cfg.length_penalty and len(tokenizer(data.THINK_END, add_special_tokens=False)["input_ids"]) != 1:
+    fail(f"forced interruptions need a single {data.THINK_END} token, which {model_path}'s tokenizer lacks: pass "
+         "--no_interruptions (or --length_penalty)")
 phrase_tokens = len(tokenizer(data.INTERRUPT_PHRASE, add_special_tokens=False)["input_ids"])
 if cfg.vllm_max_len(phrase_tokens) > context:
     fail(f"prompt {cfg.prompt_max_tokens} + thinking {cfg.think_max_tokens} + phrase {phrase_tokens} + answer "
@@ -95,8 +101,7 @@ if cfg.vllm_max_len(phrase_tokens) > context:
 if cfg.eval_every != -1 and cfg.eval_prompts > len(eval_rows):
     fail(f"--eval_prompts {cfg.eval_prompts} is more than the {len(eval_rows)} validation prompts")
 eval_rows = eval_rows[:cfg.eval_prompts][rank::world]  # each rank grades its share
-# each rank owns a disjoint shard of the training prompts and its own curriculum (NPR) state
-sampler = data.PromptSampler(train_rows[rank::world], cfg.seed + 7919 * rank, cfg.npr, cfg.npr_threshold)
+sampler = data.PromptSampler(train_rows, cfg.seed, cfg.npr, cfg.npr_threshold)  # identical on every rank
 
 # the trainer: fp32 master weights; each decoder layer computes in compute_dtype, and the root module (embedding,
 # final norm, LM head) in fp32 when --fp32_head (paper §3.2(c)), tied embeddings included: FSDP2 casts each
@@ -119,13 +124,13 @@ def lr_at(step: int) -> float:
 state = {"step": 0, "version": 0, "gpu_hours": 0.0, "samples": 0, "tokens": 0, "bad_steps": 0}  # checkpointed
 if resume_from:
     try:
-        state.update(checkpoint.load_state(resume_from, model, optimizer, sampler, rank, world))
+        state.update(checkpoint.load_state(resume_from, model, optimizer, sampler, rank))
     except RuntimeError as e:
         fail(str(e))
     print0(f"resumed {run_name} from {resume_from} at step {state['step']}")
 gen = Generator(cfg, resume_from or model_path, tokenizer, device.type)  # vLLM loads the same weights
 gen.set_version(state["version"])
-rollouts = Rollouts(gen, sampler, grade, cfg)
+rollouts = Rollouts(gen, sampler, grade, cfg, rank, world)
 
 if master:
     os.makedirs(cfg.log_dir, exist_ok=True)
@@ -182,6 +187,8 @@ def completion_logprobs(seqs: list[tuple[list[int], list[int]]]) -> tuple[torch.
 loss_eps = {k: getattr(cfg, k) for k in ("eps_max", "eps_low", "eps_high", "eps_clip", "gspo_eps_low", "gspo_eps_high")}
 dummy = [([tokenizer.eos_token_id], [tokenizer.eos_token_id])]  # a rank with fewer micro-batches runs these (FSDP)
 t_train_clock = time.time()  # gpu_hours counts training wall time; evaluation and checkpoint writing are excluded
+# tests plant non-finite gradients at these steps (e.g. SCALERL_TEST_NAN_STEPS=2,3) to exercise the skip path
+inject_nan_steps = {int(x) for x in os.environ.get("SCALERL_TEST_NAN_STEPS", "").split(",") if x.strip()}
 
 # -----------------------------------------------------------------------------------------------------------
 while True:
@@ -189,24 +196,28 @@ while True:
     # --- evaluate: mean pass rate on held-out prompts (paper §2.1), at step 0 and every eval_every steps
     if cfg.eval_every != -1 and (step % cfg.eval_every == 0 or step == cfg.max_steps):
         t0 = time.time()  # gpu_hours was brought up to date at the end of the last step (0.0 before the first)
-        ev = evaluate(gen, eval_rows, cfg, grade, step)
-        n_eval = len(eval_rows) * cfg.eval_samples
-        correct, trunc, ntok = all_sum(ev["pass_rate"] * n_eval, ev["eval_truncation_rate"] * n_eval,
-                                       ev["eval_completion_tokens"] * n_eval)
-        n_all = all_sum(n_eval)[0]
+        ev = evaluate(gen, eval_rows, cfg, grade, first_index=rank, stride=world)
+        correct, n_eval, trunc, ntok = all_sum(ev["correct"], ev["samples"], ev["truncated"], ev["completion_tokens"])
         log({"kind": "eval", "step": step, "gpu_hours": state["gpu_hours"], "samples": state["samples"],
-             "tokens": state["tokens"], "pass_rate": correct / n_all, "eval_truncation_rate": trunc / n_all,
-             "eval_completion_tokens": ntok / n_all, "t_eval": time.time() - t0})
-        print0(f"eval step {step}: pass rate {correct / n_all:.3f} ({time.time() - t0:.1f}s)")
+             "tokens": state["tokens"], "pass_rate": correct / n_eval, "eval_truncation_rate": trunc / n_eval,
+             "eval_completion_tokens": ntok / n_eval, "eval_samples": int(n_eval), "t_eval": time.time() - t0})
+        print0(f"eval step {step}: pass rate {correct / n_eval:.3f} on {int(n_eval)} samples ({time.time() - t0:.1f}s)")
         t_train_clock = time.time()
     if step >= cfg.max_steps:
         break
     t_step = time.time()
 
     # --- rollout: one batch of finished, graded groups (PipelineRL-k / PPO-off-policy-k / sync, generate.py)
-    t0 = time.time()
-    groups = rollouts.next_batch()
-    t_generate = time.time() - t0
+    t0, t_grade0 = time.time(), rollouts.t_grade
+    try:
+        groups = rollouts.next_batch()
+    except Exception as e:  # the engine failed (out of memory, a kernel error, ...): stop cleanly, lose nothing
+        msg = f"generation failed at step {step + 1}: {type(e).__name__}: {str(e)[:300]}"
+        print0(f"error: {msg}. The log {log_path} and the checkpoints in {run_dir} are intact.")
+        log({"kind": "error", "step": step + 1, "message": msg})
+        sys.exit(4)
+    t_grade = rollouts.t_grade - t_grade0
+    t_generate = time.time() - t0 - t_grade
     samples = [s for g in groups for s in g.samples]
     lags = [gen.version - g.first_version() for g in groups]  # policy versions between sampling and this step
 
@@ -248,6 +259,8 @@ while True:
             adv=per_token(lambda i, p, s, a, w: [a] * len(s.mask)).float(),
             weight=per_token(lambda i, p, s, a, w: [w] * len(s.mask)), mask=mask,
             seq_id=per_token(lambda i, p, s, a, w: [i] * len(s.mask)), **loss_eps)
+        if step + 1 in inject_nan_steps:  # tests only: a planted non-finite gradient
+            loss = loss * float("nan")
         (loss * world).backward()  # FSDP averages gradients over ranks; the loss is a sum over them
         sums["loss"] += loss.item()
         for k in ("tokens", "is_ratio_sum", "clipped_tokens", "mismatch_sum"):
@@ -290,6 +303,12 @@ while True:
                          sum(s.truncated for s in samples), sum(s.interrupted for s in samples),
                          sum(len(s.token_ids) for s in samples), sum(lags), len(groups), len(groups) - len(kept))
     tokens = max(totals["tokens"], 1.0)
+    gathered = [None] * world  # the prompts trained on this step and every graded group's pass rate, all ranks
+    dist.all_gather_object(gathered, ([(g.serial, g.prompt_idx) for g in groups], rollouts.take_records()))
+    prompts = [p for _, p in sorted(sp for trained, _ in gathered for sp in trained)]
+    for _, records in gathered:  # No-Positive-Resampling sees every rank's groups: samplers stay identical
+        for prompt_idx, pass_rate in records:
+            sampler.record(prompt_idx, pass_rate)
     record = {
         "kind": "train", "step": state["step"], "gpu_hours": state["gpu_hours"], "samples": state["samples"],
         "tokens": state["tokens"], "reward_mean": reward_sum / n_samples, "pass_rate_train": correct_sum / n_samples,
@@ -300,7 +319,8 @@ while True:
         "clip_frac": totals["clipped_tokens"] / tokens, "mismatch": totals["mismatch_sum"] / tokens,
         "entropy": totals["entropy_sum"] / tokens, "lag_mean": lag_sum / n_groups, "lag_max": all_max(max(lags)),
         "retired_prompts": all_sum(len(sampler.retired))[0], "stale_restarts": all_sum(rollouts.stale_restarts)[0],
-        "t_generate": t_generate, "t_train": t_train, "t_sync": t_sync, "t_step": time.time() - t_step,
+        "t_generate": t_generate, "t_grade": t_grade, "t_train": t_train, "t_sync": t_sync,
+        "t_step": time.time() - t_step, "prompts": prompts,
     }
     log(record)
     print0(f"step {state['step']}/{cfg.max_steps} | reward {record['reward_mean']:+.3f} | pass {record['pass_rate_train']:.3f}"
@@ -315,7 +335,10 @@ while True:
     # --- checkpoint: atomic (temporary folder renamed into place), the newest keep_checkpoints kept
     if cfg.save_every != -1 and state["step"] % cfg.save_every == 0:
         t0 = time.time()
-        checkpoint.save(run_dir, state, model, optimizer, sampler, tokenizer, cfg, rank, world)
+        pending = [None] * world  # drawn but not yet trained on (pipeline, ppo): first in line after a resume
+        dist.all_gather_object(pending, rollouts.pending())
+        sampler_state = sampler.state_dict([p for _, p in sorted(sp for ranked in pending for sp in ranked)])
+        checkpoint.save(run_dir, state, model, optimizer, sampler_state, tokenizer, cfg)
         print0(f"checkpoint step {state['step']} ({time.time() - t0:.1f}s)")
         t_train_clock += time.time() - t0
 

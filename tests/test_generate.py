@@ -161,6 +161,8 @@ def test_evaluate_reports_a_pass_rate(make_generator, toy_rows):
     gen = make_generator("--mode", "sync")
     _, val, grade = toy_rows
     cfg = gen.cfg
-    result = generate.evaluate(gen, val[:20], cfg, grade, step=0)
-    assert 0 < result["pass_rate"] < 1
-    assert result == generate.evaluate(gen, val[:20], cfg, grade, step=5)  # same seeds, same weights
+    result = generate.evaluate(gen, val[:20], cfg, grade)
+    assert result["samples"] == 20 * cfg.eval_samples
+    assert 0 < result["correct"] < result["samples"]
+    assert result == generate.evaluate(gen, val[:20], cfg, grade)  # same seeds, same weights, same result
+    assert generate.evaluate(gen, [], cfg, grade)["samples"] == 0  # a rank with no eval prompts

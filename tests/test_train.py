@@ -1,0 +1,96 @@
+"""train.py as users run it: flags, the log it writes, and short runs of the recipe's variants.
+
+    python -m pytest tests/test_train.py -q
+"""
+import json
+import os
+
+import pytest
+
+from conftest import ROOT, run_train
+
+SMALL = ["--batch", "32", "--group", "8", "--eval_prompts", "16", "--eval_samples", "2", "--eval_every", "2",
+         "--save_every", "-1"]
+
+
+def one_line_error(proc):
+    lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
+    return proc.returncode == 2 and "Traceback" not in proc.stdout and len(lines) == 1 and lines[0].startswith("error:")
+
+
+def test_dry_run_prints_the_resolved_config():
+    proc = run_train("--loss", "cispo", "--batch", "768", "--dry_run")
+    assert proc.returncode == 0, proc.stdout
+    cfg = json.loads(proc.stdout)
+    assert cfg["loss"] == "cispo" and cfg["batch"] == 768 and cfg["mode"] == "pipeline"
+    assert cfg["group"] == 8  # the toy's scale override; the paper's 16 with --model other than toy
+    assert cfg["model"] == "toy" and cfg["lr"] > 0  # the toy's overrides apply where no flag was typed
+
+
+@pytest.mark.parametrize("flags,needle", [
+    (["--loss", "nosuch"], "--loss"),
+    (["--batch", "770"], "--batch"),  # not a multiple of --group 16
+    (["--not_a_flag", "1"], "--not_a_flag"),
+    (["--lr", "fast"], "--lr"),
+    (["--lr=-1e-5"], "--lr"),
+    (["--k", "0"], "--k"),
+    (["--mode", "async"], "pipeline, ppo, sync"),
+    (["--loss_agg", "mean"], "prompt, sample, token"),
+    (["--out_dir", "config.py"], "--out_dir"),  # a file, not a folder
+    (["--mode", "sync", "--k", "4"], "--k"),
+])
+def test_bad_flags_exit_2_with_one_line(flags, needle):
+    proc = run_train(*flags, "--dry_run", timeout=60)
+    assert one_line_error(proc), proc.stdout
+    assert needle in proc.stdout
+
+
+@pytest.mark.parametrize("flags,needle", [
+    (["--think_max_tokens", "600", "--think_min_tokens", "500"], "context"),  # the toy's context is 512 tokens
+    (["--eval_prompts", "5000"], "validation prompts"),
+    (["--dataset", "missing.jsonl"], "no such file"),
+])
+def test_problems_found_before_start_up_exit_2(flags, needle, toy_path):
+    proc = run_train(*flags, "--max_steps", "1", timeout=120)
+    assert one_line_error(proc), proc.stdout
+    assert needle in proc.stdout
+
+
+def read_log(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f]
+
+
+def test_toy_run_writes_the_log_fit_curve_reads(tmp_path, toy_path):
+    proc = run_train(*SMALL, "--max_steps", "4", "--run_name", "e2e", "--log_dir", str(tmp_path),
+                     "--out_dir", os.path.join(ROOT, "out"))
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    records = read_log(tmp_path / "e2e.jsonl")
+    assert records[0]["kind"] == "config" and records[0]["run_name"] == "e2e"
+    train = [r for r in records if r["kind"] == "train"]
+    evals = [r for r in records if r["kind"] == "eval"]
+    assert [r["step"] for r in train] == [1, 2, 3, 4]
+    assert [r["step"] for r in evals] == [0, 2, 4]
+    assert evals[0]["gpu_hours"] == 0.0 and 0 < evals[1]["gpu_hours"] < evals[2]["gpu_hours"]
+    for key in ("gpu_hours", "samples", "tokens", "reward_mean", "loss", "lr", "truncation_rate", "interruption_rate",
+                "t_generate", "t_train", "t_sync", "t_step", "is_ratio_mean", "is_ratio_max", "clip_frac", "entropy",
+                "mismatch", "zero_var_frac", "lag_max", "lag_mean", "retired_prompts"):
+        assert key in train[-1], key
+    assert train[-1]["samples"] == 4 * 32
+    assert all(0 <= r["pass_rate"] <= 1 for r in evals)
+    assert "Traceback" not in proc.stdout
+
+
+@pytest.mark.parametrize("loss,agg,norm,mode", [
+    ("cispo", "prompt", "batch", "pipeline"),
+    ("dapo", "sample", "prompt", "ppo"),
+    ("gspo", "token", "none", "sync"),
+    ("grpo", "sample", "batch", "sync"),
+])
+def test_recipe_variants_train(tmp_path, toy_path, loss, agg, norm, mode):
+    proc = run_train(*SMALL, "--max_steps", "2", "--eval_every", "-1", "--loss", loss, "--loss_agg", agg,
+                     "--adv_norm", norm, "--mode", mode, "--k", "1" if mode == "sync" else "2",
+                     "--run_name", f"{loss}-{agg}-{norm}", "--log_dir", str(tmp_path))
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    train = [r for r in read_log(tmp_path / f"{loss}-{agg}-{norm}.jsonl") if r["kind"] == "train"]
+    assert len(train) == 2 and all(r["loss"] == r["loss"] for r in train)  # finite, not NaN
