@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import logging
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # keep the engine in this process: weights in place
-os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # start-up chatter; VLLM_LOGGING_LEVEL=INFO to see it
 
 
 class _KnownNoise(logging.Filter):

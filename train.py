@@ -138,9 +138,11 @@ if master:
 
 
 def log(record: dict):
-    """Append one JSON line and flush it: a crash loses at most the line being written."""
+    """Append one JSON line and flush it: a crash loses at most the line being written. NaN and infinity are
+    written as null (they are not JSON)."""
     if master:
-        log_file.write(json.dumps(record) + "\n")
+        clean = {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in record.items()}
+        log_file.write(json.dumps(clean) + "\n")
         log_file.flush()
 
 
@@ -187,8 +189,11 @@ def completion_logprobs(seqs: list[tuple[list[int], list[int]]]) -> tuple[torch.
 loss_eps = {k: getattr(cfg, k) for k in ("eps_max", "eps_low", "eps_high", "eps_clip", "gspo_eps_low", "gspo_eps_high")}
 dummy = [([tokenizer.eos_token_id], [tokenizer.eos_token_id])]  # a rank with fewer micro-batches runs these (FSDP)
 t_train_clock = time.time()  # gpu_hours counts training wall time; evaluation and checkpoint writing are excluded
-# tests plant non-finite gradients at these steps (e.g. SCALERL_TEST_NAN_STEPS=2,3) to exercise the skip path
+# test hooks: plant non-finite gradients at these steps (SCALERL_TEST_NAN_STEPS=2,3), and save the first step's
+# loss and full gradient to a file (SCALERL_TEST_GRAD_FILE=path) to compare runs on different numbers of ranks
 inject_nan_steps = {int(x) for x in os.environ.get("SCALERL_TEST_NAN_STEPS", "").split(",") if x.strip()}
+grad_file = os.environ.get("SCALERL_TEST_GRAD_FILE")
+engine_fail_step = int(os.environ.get("SCALERL_TEST_ENGINE_FAIL_STEP", "0"))  # and make vLLM's step raise here
 
 # -----------------------------------------------------------------------------------------------------------
 while True:
@@ -209,6 +214,8 @@ while True:
 
     # --- rollout: one batch of finished, graded groups (PipelineRL-k / PPO-off-policy-k / sync, generate.py)
     t0, t_grade0 = time.time(), rollouts.t_grade
+    if step + 1 == engine_fail_step:
+        gen.engine.step = lambda: (_ for _ in ()).throw(RuntimeError("injected engine failure (test)"))
     try:
         groups = rollouts.next_batch()
     except Exception as e:  # the engine failed (out of memory, a kernel error, ...): stop cleanly, lose nothing
@@ -267,6 +274,12 @@ while True:
             sums[k] += m[k]
         sums["entropy_sum"] += float((entropy * mask).sum())
         is_ratio_max = max(is_ratio_max, m["is_ratio_max"])
+
+    if grad_file and step == 0:
+        grads = {n: p.grad.full_tensor() for n, p in model.named_parameters() if p.grad is not None}
+        loss_total = all_sum(sums["loss"])[0]
+        if master:
+            torch.save({"loss": loss_total, "grads": grads}, grad_file)
 
     # --- optimizer step; a non-finite loss or gradient skips it, weights and optimizer state untouched
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip if cfg.grad_clip > 0 else math.inf)

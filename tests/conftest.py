@@ -51,6 +51,24 @@ def toy_rows(tokenizer):
     return train, val, grade
 
 
+OUT = os.path.join(ROOT, "out")  # train.py's default out_dir: the toy model is cached there
+
+
+@pytest.fixture
+def run_name(request):
+    """A fresh run name; its checkpoint folder under out/ is removed afterwards (the toy cache stays)."""
+    import shutil
+    import uuid
+    names = []
+
+    def make(tag=""):
+        names.append(f"test-{tag or request.node.name[:40]}-{uuid.uuid4().hex[:6]}")
+        return names[-1]
+    yield make
+    for name in names:
+        shutil.rmtree(os.path.join(OUT, name), ignore_errors=True)
+
+
 def run_train(*args, timeout=600, env=None, cwd=ROOT):
     """Run train.py as users do; returns the CompletedProcess (stdout+stderr in .stdout)."""
     return subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), *args], cwd=cwd, timeout=timeout,

@@ -1,0 +1,155 @@
+"""Many ranks, crashes and resumes, corrupt checkpoints, non-finite steps, a failing engine.
+
+    python -m pytest tests/test_resilience.py -q
+"""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import torch
+
+from conftest import OUT, ROOT, run_train
+
+SYNC = ["--mode", "sync", "--batch", "32", "--group", "8", "--eval_every", "-1"]
+
+
+def log_records(log_dir, name, kind="train"):
+    with open(os.path.join(log_dir, f"{name}.jsonl")) as f:
+        return [json.loads(line) for line in f if json.loads(line)["kind"] == kind]
+
+
+def torchrun(*args, env=None, timeout=600):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           os.path.join(ROOT, "train.py"), *args]
+    return subprocess.run(cmd, cwd=ROOT, timeout=timeout, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          env={**os.environ, **(env or {})})
+
+
+def test_two_ranks_train_the_same_global_batch_as_one(tmp_path, toy_path, run_name):
+    """torchrun --nproc_per_node 2 on CPU (gloo): one log, and the same prompts, loss and gradient as one rank."""
+    common = [*SYNC, "--max_steps", "1", "--save_every", "-1", "--log_dir", str(tmp_path)]
+    one = run_train(*common, "--run_name", "one", env={"SCALERL_TEST_GRAD_FILE": str(tmp_path / "one.pt")})
+    assert one.returncode == 0, one.stdout[-3000:]
+    two = torchrun(*common, "--run_name", "two", env={"SCALERL_TEST_GRAD_FILE": str(tmp_path / "two.pt")})
+    assert two.returncode == 0, two.stdout[-3000:]
+    assert sorted(os.listdir(tmp_path)) == ["one.jsonl", "one.pt", "two.jsonl", "two.pt"]  # one log per run
+    config = [json.loads(line) for line in open(tmp_path / "two.jsonl")][0]
+    assert config["world_size"] == 2
+    assert log_records(tmp_path, "one")[0]["prompts"] == log_records(tmp_path, "two")[0]["prompts"]
+    a, b = torch.load(tmp_path / "one.pt"), torch.load(tmp_path / "two.pt")
+    assert abs(a["loss"] - b["loss"]) < 1e-5
+    assert a["grads"].keys() == b["grads"].keys()
+    assert max((a["grads"][k] - b["grads"][k]).abs().max().item() for k in a["grads"]) < 1e-5
+    assert max(g.abs().max().item() for g in a["grads"].values()) > 1e-3  # a real gradient
+
+
+def test_torchrun_pipeline_mode_runs(tmp_path, toy_path, run_name):
+    name = run_name()
+    proc = torchrun("--batch", "32", "--group", "8", "--eval_prompts", "16", "--eval_samples", "2", "--eval_every", "2",
+                    "--max_steps", "3", "--save_every", "2", "--run_name", name, "--log_dir", str(tmp_path))
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert "Traceback" not in proc.stdout
+    evals = log_records(tmp_path, name, "eval")
+    assert [r["step"] for r in evals] == [0, 2, 3] and evals[0]["eval_samples"] == 32
+    assert os.path.isdir(os.path.join(OUT, name, "ckpt-000002"))
+
+
+def _wait_for(predicate, proc, timeout=300):
+    start = time.time()
+    while not predicate():
+        assert proc.poll() is None, proc.stdout.read()[-3000:]
+        assert time.time() - start < timeout
+        time.sleep(0.05)
+
+
+def test_resume_after_sigkill_continues_as_if_never_stopped(tmp_path, toy_path, run_name):
+    """Kill a run mid-step after its checkpoint at step 3, resume it to step 6, and compare it with a run that
+    was never stopped: same prompts, rewards, losses and counters at every step (sync mode is bit-exact:
+    per-request seeds, fp32 checkpoints and restored optimizer state)."""
+    args = [*SYNC, "--max_steps", "6", "--save_every", "3", "--log_dir", str(tmp_path)]
+    straight, crash = run_name("straight"), run_name("crash")
+    proc = run_train(*args, "--run_name", straight)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+
+    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "train.py"), *args, "--run_name", crash], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    log = tmp_path / f"{crash}.jsonl"
+    _wait_for(lambda: os.path.isdir(os.path.join(OUT, crash, "ckpt-000003")), proc)
+    time.sleep(0.3)  # into step 4
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    steps_before = [r["step"] for r in log_records(tmp_path, crash)]
+    assert 3 <= max(steps_before) < 6
+    resumed = run_train(*args, "--run_name", crash, "--resume")
+    assert resumed.returncode == 0, resumed.stdout[-3000:]
+
+    a = {r["step"]: r for r in log_records(tmp_path, straight)}
+    b = {r["step"]: r for r in log_records(tmp_path, crash)}  # a re-done step: the last record wins
+    assert sorted(a) == sorted(b) == [1, 2, 3, 4, 5, 6]
+    for step in range(1, 7):
+        for key in ("prompts", "samples", "tokens", "reward_mean", "loss", "grad_norm", "lr", "retired_prompts"):
+            assert a[step][key] == b[step][key], (step, key, a[step][key], b[step][key])
+    assert any(json.loads(line)["kind"] == "resume" for line in open(log))
+    assert b[6]["gpu_hours"] > b[3]["gpu_hours"] > 0
+
+
+def test_half_written_checkpoint_is_skipped(tmp_path, toy_path, run_name):
+    name = run_name()
+    args = [*SYNC, "--log_dir", str(tmp_path), "--run_name", name]
+    first = run_train(*args, "--max_steps", "4", "--save_every", "2")
+    assert first.returncode == 0, first.stdout[-3000:]
+    from pathlib import Path
+    run_dir = Path(OUT) / name
+    weights = run_dir / "ckpt-000004" / "model.safetensors"
+    with open(weights, "r+b") as f:  # a copy cut short
+        f.truncate(os.path.getsize(weights) // 2)
+    shutil.copytree(run_dir / "ckpt-000002", run_dir / "ckpt-000006.tmp")  # an unfinished write: never a candidate
+    resumed = run_train(*args, "--max_steps", "5", "--save_every", "-1", "--resume")
+    assert resumed.returncode == 0, resumed.stdout[-3000:]
+    assert "skipping checkpoint" in resumed.stdout and "ckpt-000004" in resumed.stdout
+    assert "ckpt-000002 at step 2" in resumed.stdout
+    steps = [r["step"] for r in log_records(tmp_path, name)]
+    assert steps == [1, 2, 3, 4, 3, 4, 5]  # steps 3 and 4 redone from the step-2 checkpoint
+
+
+def test_non_finite_step_is_skipped_then_the_run_stops(tmp_path, toy_path, run_name):
+    from pathlib import Path
+    from safetensors.torch import load_file
+    args = [*SYNC, "--log_dir", str(tmp_path), "--save_every", "1", "--keep_checkpoints", "10"]
+    nan1, nan2 = run_name("nan1"), run_name("nan2")
+    ok = run_train(*args, "--max_steps", "3", "--run_name", nan1, env={"SCALERL_TEST_NAN_STEPS": "2"})
+    assert ok.returncode == 0, ok.stdout[-3000:]
+    train = log_records(tmp_path, nan1)
+    assert [r["skipped"] for r in train] == [False, True, False]
+    assert train[1]["loss"] is None  # NaN is written as null: the log stays valid JSON
+    ckpt = Path(OUT) / nan1
+    w1, w2 = load_file(ckpt / "ckpt-000001" / "model.safetensors"), load_file(ckpt / "ckpt-000002" / "model.safetensors")
+    assert all(torch.equal(w1[k], w2[k]) for k in w1)  # the skipped step left the weights alone
+    o1 = torch.load(ckpt / "ckpt-000001" / "optimizer.pt", weights_only=True)
+    o2 = torch.load(ckpt / "ckpt-000002" / "optimizer.pt", weights_only=True)
+    assert all(torch.equal(o1["state"][k]["exp_avg"], o2["state"][k]["exp_avg"]) for k in o1["state"])
+
+    bad = run_train(*args, "--max_steps", "8", "--max_bad_steps", "3", "--run_name", nan2,
+                    env={"SCALERL_TEST_NAN_STEPS": "3,4,5"})
+    assert bad.returncode == 3, bad.stdout[-3000:]
+    assert "3 consecutive steps with a non-finite" in bad.stdout and "Traceback" not in bad.stdout
+    assert [r["step"] for r in log_records(tmp_path, nan2)] == [1, 2, 3, 4, 5]
+    from transformers import AutoModelForCausalLM
+    last = sorted((Path(OUT) / nan2).glob("ckpt-*"))[-1]
+    assert last.name == "ckpt-000004"  # the step before the run gave up
+    AutoModelForCausalLM.from_pretrained(last)  # intact and loadable
+
+
+def test_engine_failure_ends_the_run_cleanly(tmp_path, toy_path, run_name):
+    name = run_name()
+    proc = run_train(*SYNC, "--max_steps", "4", "--save_every", "1", "--log_dir", str(tmp_path), "--run_name", name,
+                     env={"SCALERL_TEST_ENGINE_FAIL_STEP": "3"})
+    assert proc.returncode == 4, proc.stdout[-3000:]
+    assert "generation failed at step 3" in proc.stdout and "Traceback" not in proc.stdout
+    records = [json.loads(line) for line in open(tmp_path / f"{name}.jsonl")]
+    assert records[-1]["kind"] == "error" and records[-1]["step"] == 3
+    assert os.path.isdir(os.path.join(OUT, name, "ckpt-000002"))
