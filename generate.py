@@ -47,6 +47,44 @@ for _name in ("vllm.model_executor.model_loader.reload.layerwise", "vllm.v1.work
     logging.getLogger(_name).addFilter(_KnownNoise())
 
 
+class Progress:
+    """A tqdm bar (rate, ETA) on a terminal; under nohup or a job scheduler, where stdout is a file and a bar
+    would be one endless line of carriage returns, one plain line at most every interval_s seconds and one
+    at the end. Only rank 0 prints; short phases (under interval_s) print nothing."""
+
+    def __init__(self, total: int, desc: str, interval_s: float = float(os.environ.get("SCALERL_PROGRESS_S", 30))):
+        import sys
+        self.total, self.desc, self.interval_s, self.n = total, desc, interval_s, 0
+        self.start = self.last = time.time()
+        quiet = os.environ.get("RANK", "0") != "0" or total == 0
+        self.bar = None
+        if not quiet and sys.stdout.isatty():
+            from tqdm import tqdm
+            self.bar = tqdm(total=total, desc=desc, unit="group", leave=False, mininterval=1.0)
+        self.plain = not quiet and self.bar is None
+
+    def update(self, n: int):
+        if self.bar is not None:
+            self.bar.update(n - self.bar.n)
+        elif self.plain and time.time() - self.last >= self.interval_s:
+            self._line(n)
+        self.n = n
+
+    def _line(self, n: int):
+        elapsed = time.time() - self.start
+        rate = n / elapsed if elapsed > 0 else 0.0
+        eta = (self.total - n) / rate if rate > 0 else float("inf")
+        print(f"{self.desc}: {n}/{self.total} groups, {rate:.2f} groups/s, elapsed {elapsed:.0f}s, eta {eta:.0f}s",
+              flush=True)
+        self.last = time.time()
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+        elif self.plain and time.time() - self.start >= self.interval_s:
+            self._line(self.total)
+
+
 @dataclass
 class Sample:
     """One completion. Lists are per completion token, in order; injected phrase tokens have mask 0."""
@@ -213,12 +251,15 @@ class Generator:
         self.finished = [g for g in self.finished if not (uids is None or g.uid in uids)]
         return took
 
-    def run_until_done(self, uids: set[str]) -> list[Group]:
+    def run_until_done(self, uids: set[str], desc: str = "generate") -> list[Group]:
         """Step until every group in uids has finished; other finished groups stay in self.finished."""
-        while not uids <= {g.uid for g in self.finished}:
+        bar = Progress(len(uids), desc)
+        while (done := len(uids & {g.uid for g in self.finished})) < len(uids):
             if not self.engine.has_unfinished_requests():
                 raise RuntimeError("vLLM engine has no requests left but groups are unfinished")
             self.step()
+            bar.update(done)
+        bar.close()
         return self.take(uids)
 
     # --- weights ---
@@ -301,7 +342,7 @@ class Rollouts:
         if cfg.mode == "sync" or (cfg.mode == "ppo" and not self.queue):
             # on-policy: one generation per step; PPO-off-policy-k: k steps' worth, then k mini-batch steps
             self._submit(per_step * (cfg.k if cfg.mode == "ppo" else 1))
-            groups = self._grade(gen.run_until_done({g.uid for g in gen.inflight()}))
+            groups = self._grade(gen.run_until_done({g.uid for g in gen.inflight()}, "generate"))
             self.queue = sorted(groups, key=lambda g: g.serial)  # draw order, whatever order they finished in
         if cfg.mode in ("sync", "ppo"):
             batch, self.queue = self.queue[:per_step // self.world], self.queue[per_step // self.world:]
@@ -319,8 +360,11 @@ class Rollouts:
                 gen.submit(f"{g.serial}.{g.uid.count('.') + 1}", g.prompt_idx, g.prompt_ids, g.answer,
                            cfg.group, g.serial)
                 self.stale_restarts += 1
+        bar = Progress(per_step // self.world, "generate")
         while len(gen.finished) < per_step // self.world:
             gen.step()
+            bar.update(min(len(gen.finished), per_step // self.world))
+        bar.close()
         ready = sorted(gen.finished, key=lambda g: (g.first_version(), g.serial))[:per_step // self.world]
         return self._grade(gen.take({g.uid for g in ready}))
 
@@ -335,7 +379,7 @@ def evaluate(gen: Generator, rows: list[dict], cfg, grade, first_index: int = 0,
         uid = f"eval-{first_index + j * stride}"
         gen.submit(uid, j, row["prompt_ids"], row["answer"], cfg.eval_samples)
         uids.add(uid)
-    groups = gen.run_until_done(uids) if uids else []
+    groups = gen.run_until_done(uids, "evaluate") if uids else []
     samples = [s for g in groups for s in g.samples]
     rewards = grade([s.text for s in samples], [g.answer for g in groups for _ in g.samples]) if samples else []
     return {"correct": sum(r > 0 for r in rewards), "samples": len(samples),

@@ -60,6 +60,10 @@ def fail(msg: str, status: int = 2):
     sys.exit(status)
 
 
+if cfg.wandb:
+    import importlib.util
+    if importlib.util.find_spec("wandb") is None:
+        fail("--wandb: the wandb package is not installed (pip install wandb)")
 if cfg.prompts_per_step % world:
     fail(f"--batch {cfg.batch} / --group {cfg.group} = {cfg.prompts_per_step} prompts per step must be divisible by "
          f"the {world} ranks")
@@ -137,6 +141,12 @@ if master:
     log_file = open(log_path, "a")
 
 
+wandb_run = None
+if cfg.wandb and master:  # optional mirror; the jsonl log stays the source of truth
+    import wandb
+    wandb_run = wandb.init(project="scalerl", name=run_name, id=run_name, resume="allow", config=config.to_dict(cfg))
+
+
 def log(record: dict):
     """Append one JSON line and flush it: a crash loses at most the line being written. NaN and infinity are
     written as null (they are not JSON)."""
@@ -144,6 +154,10 @@ def log(record: dict):
         clean = {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in record.items()}
         log_file.write(json.dumps(clean) + "\n")
         log_file.flush()
+        if wandb_run is not None and "step" in record:
+            wandb_run.log({f"{record['kind']}/{k}": v for k, v in clean.items()
+                           if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "step"},
+                          step=record["step"])
 
 
 def all_sum(*values: float) -> list[float]:
@@ -226,7 +240,8 @@ while True:
     t_grade = rollouts.t_grade - t_grade0
     t_generate = time.time() - t0 - t_grade
     samples = [s for g in groups for s in g.samples]
-    lags = [gen.version - g.first_version() for g in groups]  # policy versions between sampling and this step
+    trained_version = gen.version  # the weights this step's gradient is computed with
+    lags = [trained_version - g.first_version() for g in groups]  # policy versions between sampling and training
 
     # --- advantages, zero-variance filtering (paper §3.2(e)): drop groups whose G rewards are all equal
     rewards = torch.tensor([[s.reward for s in g.samples] for g in groups], dtype=torch.float64)  # (P, G)
@@ -345,6 +360,19 @@ while True:
         log({"kind": "error", "step": state["step"], "message": "too many non-finite steps"})
         sys.exit(3)
 
+    # --- rollout dump: what the policy writes, for people to read (prompts, completions, rewards, token lags)
+    if cfg.dump_every != -1 and state["step"] % cfg.dump_every == 0:
+        rows = [{"step": state["step"], "prompt": tokenizer.decode(g.prompt_ids), "answer": g.answer,
+                 "completion": smp.text, "reward": smp.reward, "interrupted": smp.interrupted,
+                 "truncated": smp.truncated, "token_lag": [trained_version - v if v >= 0 else None for v in smp.versions]}
+                for g in groups for smp in g.samples]
+        gathered = [None] * world
+        dist.all_gather_object(gathered, rows)
+        if master:
+            os.makedirs(os.path.join(run_dir, "rollouts"), exist_ok=True)
+            with open(os.path.join(run_dir, "rollouts", f"step_{state['step']:06d}.jsonl"), "w") as f:
+                f.writelines(json.dumps(r) + "\n" for ranked in gathered for r in ranked)
+
     # --- checkpoint: atomic (temporary folder renamed into place), the newest keep_checkpoints kept
     if cfg.save_every != -1 and state["step"] % cfg.save_every == 0:
         t0 = time.time()
@@ -356,4 +384,6 @@ while True:
         t_train_clock += time.time() - t0
 
 print0(f"done: {state['step']} steps, {state['gpu_hours']:.4f} device-hours, log {log_path}")
+if wandb_run is not None:
+    wandb_run.finish()
 gen.close()  # vLLM's shutdown also tears down the process group
