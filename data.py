@@ -204,25 +204,30 @@ def grade_toy(completions: list[str], answers: list[str]) -> list[float]:
 
 
 MAX_ANSWER_CHARS = 1000  # a boxed answer longer than this is wrong without being parsed
-_TAIL_CHARS = 20_000  # only the end of a completion is searched for its answer
+MAX_BOXES = 16  # more \boxed{} than this in one final answer is spam: wrong, and never scanned one by one
 
 
 def boxed_answers(completion: str, thinking: bool) -> list[str] | None:
-    """Every \\boxed{...} in the final answer, scanning balanced braces over a bounded tail of the text; None
-    when there is no final answer part. The final answer is what follows the last </think>; a completion that
-    opened thinking (in its prompt, `thinking`, or by writing <think>) and never closed it has none."""
+    """Every \\boxed{...} of the final answer, or None when there is no usable final answer: no answer part
+    (the final answer is what follows the last </think>; a completion that opened thinking, in its prompt
+    (`thinking`) or by writing <think>, and never closed it has none), more than MAX_BOXES boxes, or a box that
+    does not close within MAX_ANSWER_CHARS. Work is bounded: str.count/find, then at most MAX_BOXES scans."""
     if THINK_END in completion:
         completion = completion.rsplit(THINK_END, 1)[1]
     elif thinking or THINK_START in completion:
         return None  # never stopped thinking: an answer inside the thinking part does not count
-    text, found, i = completion[-_TAIL_CHARS:], [], 0
-    while (i := text.find("\\boxed{", i)) != -1:
+    if completion.count("\\boxed{") > MAX_BOXES:
+        return None
+    found, i = [], 0
+    while (i := completion.find("\\boxed{", i)) != -1:
         depth, j = 1, i + len("\\boxed{")
-        while j < len(text) and depth and j - i < MAX_ANSWER_CHARS + 8:
-            depth += {"{": 1, "}": -1}.get(text[j], 0)
+        end = min(len(completion), j + MAX_ANSWER_CHARS + 1)
+        while j < end and depth:
+            depth += {"{": 1, "}": -1}.get(completion[j], 0)
             j += 1
-        if depth == 0:
-            found.append(text[i + len("\\boxed{"):j - 1].strip())
+        if depth:
+            return None  # unclosed or too long: no half answers
+        found.append(completion[i + len("\\boxed{"):j - 1].strip())
         i += 1
     return found
 
@@ -236,9 +241,11 @@ _WORKER = r"""
 import json, logging, os, sys
 logging.disable(logging.CRITICAL)
 from functools import lru_cache
-from math_verify import LatexExtractionConfig, parse, verify
-gold = lru_cache(maxsize=4096)(lambda a: parse(a, parsing_timeout=None))
+from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 latex_only = [LatexExtractionConfig(boxed_match_priority=0)]
+# gold answers (trusted) are bare LaTeX or plain numbers: read as if boxed, LaTeX first, then expressions
+gold = lru_cache(maxsize=4096)(lambda a: parse("\\boxed{" + a + "}", parsing_timeout=None,
+                                               extraction_config=[*latex_only, ExprExtractionConfig()]))
 print("ready", flush=True)
 for line in sys.stdin:
     try:
@@ -255,9 +262,9 @@ class MathGrader:
     """math-verify on untrusted completions, each bounded by timeout_s seconds of wall clock, in a few
     worker processes (usable from any thread). A worker that misses its deadline is killed and replaced; its
     completion gets the incorrect reward. Workers' stderr goes to /dev/null: math-verify prints the entire
-    offending input on a timeout. Rules, in the parent, before any parsing: no answer part or no \\boxed{} ->
-    incorrect; several \\boxed{} with different contents -> incorrect (no hedging); an answer longer than
-    MAX_ANSWER_CHARS -> incorrect."""
+    offending input on a timeout. Rules, in the parent, before any parsing (boxed_answers): no answer part or
+    no \\boxed{} -> incorrect; several \\boxed{} with different contents -> incorrect (no hedging); a box longer
+    than MAX_ANSWER_CHARS, unclosed, or more than MAX_BOXES boxes -> incorrect."""
 
     def __init__(self, timeout_s: float = 1.0, num_workers: int = 0, thinking: bool = True):
         import tempfile
@@ -290,7 +297,7 @@ class MathGrader:
         import select
         rewards, todo = [-1.0] * len(completions), []
         for n, (completion, answer) in enumerate(zip(completions, answers)):
-            completion = completion.encode("utf-8", "replace").decode("utf-8").replace("\x00", "")
+            completion = completion.encode("utf-8", "replace").decode("utf-8")  # lone surrogates become "?"
             boxes = boxed_answers(completion, self.thinking)
             if boxes and len(set(boxes)) == 1 and len(boxes[0]) <= MAX_ANSWER_CHARS:
                 todo.append((n, json.dumps({"content": boxes[0], "answer": str(answer)})))
