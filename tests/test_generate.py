@@ -52,7 +52,7 @@ def test_weight_sync_after_an_optimizer_step(make_generator, toy_path, tokenizer
         path = str(tmp_path / "tied")
         model.save_pretrained(path)
         tokenizer.save_pretrained(path)
-    gen = make_generator("--mode", "sync", path=path)
+    gen = make_generator("--mode", "sync", "--dtype", "float32", path=path)
     restore((gen, path))
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     assert model.config.tie_word_embeddings == tied

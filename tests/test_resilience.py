@@ -31,7 +31,7 @@ def torchrun(*args, env=None, timeout=600):
 
 def test_two_ranks_train_the_same_global_batch_as_one(tmp_path, toy_path, run_name):
     """torchrun --nproc_per_node 2 on CPU (gloo): one log, and the same prompts, loss and gradient as one rank."""
-    common = [*SYNC, "--max_steps", "1", "--save_every", "-1", "--log_dir", str(tmp_path)]
+    common = [*SYNC, "--max_steps", "1", "--save_every", "-1", "--log_dir", str(tmp_path), "--dtype", "float32"]
     one = run_train(*common, "--run_name", "one", env={"SCALERL_TEST_GRAD_FILE": str(tmp_path / "one.pt")})
     assert one.returncode == 0, one.stdout[-3000:]
     two = torchrun(*common, "--run_name", "two", env={"SCALERL_TEST_GRAD_FILE": str(tmp_path / "two.pt")})

@@ -1,0 +1,99 @@
+"""The paper in miniature (paper §4, §6, §11): the ScaleRL recipe with 3 seeds and every leave-one-out row on
+the CPU toy, then sigmoid fits, the A/B comparison and the fit-on-half extrapolation check.
+
+    python study.py                      # runs what is missing (about 2 hours on 2 cores), then fits
+    python study.py --fit_only           # just the fits and the figure from logs/study/*.jsonl
+    python study.py --runs default-s0,loo-dapo
+
+Each run is `python train.py <flags> --run_name <name> --log_dir logs/study` with the toy's defaults; a run
+whose log already holds its final evaluation is not run again (kill the script at any time and start it again;
+an interrupted run resumes from its last checkpoint). Results: logs/study/fits.jsonl (fit_curve --json),
+logs/study/table.md, and study.png.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+LOG_DIR = os.path.join("logs", "study")
+# name -> flags: the ScaleRL default (3 seeds) and one run per reverted choice (paper §6 LOO, Fig. 7), plus NPR
+RUNS = {
+    "default-s0": ["--seed", "0"],
+    "default-s1": ["--seed", "1"],
+    "default-s2": ["--seed", "2"],
+    "loo-8op": ["--mode", "ppo", "--k", "8"],  # PPO-off-policy-8 instead of PipelineRL-8
+    "loo-dapo": ["--loss", "dapo"],  # DAPO's clipped surrogate instead of CISPO
+    "loo-fp32": ["--no_fp32_head"],  # LM head in the body's dtype (the toy's bf16) on both sides
+    "loo-savg": ["--loss_agg", "sample"],  # sample-average loss aggregation instead of prompt-average
+    "loo-plan": ["--adv_norm", "prompt"],  # prompt-level advantage normalization instead of batch-level
+    "loo-batch": ["--no_zero_var_filter"],  # zero-variance groups kept in the batch
+    "loo-lp": ["--length_penalty"],  # DAPO length penalty instead of forced interruptions
+    "loo-npr": ["--no_npr"],  # no No-Positive-Resampling (not a LOO row in the paper)
+}
+
+
+def finished(name: str) -> bool:
+    path = os.path.join(LOG_DIR, f"{name}.jsonl")
+    if not os.path.exists(path):
+        return False
+    records = [json.loads(line) for line in open(path) if line.strip().startswith("{") and line.strip().endswith("}")]
+    config = next((r for r in records if r["kind"] == "config"), {})
+    return any(r["kind"] == "eval" and r["step"] == config.get("max_steps") for r in records)
+
+
+def run(name: str):
+    path = os.path.join(LOG_DIR, f"{name}.jsonl")
+    cmd = [sys.executable, "train.py", *RUNS[name], "--run_name", name, "--log_dir", LOG_DIR]
+    if os.path.exists(path) and os.path.isdir(os.path.join("out", name)):
+        cmd.append("--resume")
+    print(f"study: {' '.join(cmd[1:])}", flush=True)
+    subprocess.run(cmd, cwd=ROOT, check=True)
+
+
+def fit():
+    """fit_curve over every log: the full fit (A, B, C_mid with bootstrap CIs, seed spread, comparison) and the
+    fit on the first half of each run's compute, checked against the second half."""
+    logs = [os.path.join(LOG_DIR, f"{name}.jsonl") for name in RUNS if os.path.exists(os.path.join(LOG_DIR, f"{name}.jsonl"))]
+    fc = [sys.executable, "fit_curve.py", *logs]
+    full = subprocess.run(fc + ["--plot", "study.png"], cwd=ROOT, capture_output=True, text=True)
+    print(full.stdout + full.stderr)
+    half = subprocess.run(fc + ["--fit-fraction", "0.5", "--bootstrap", "0"], cwd=ROOT, capture_output=True, text=True)
+    print(half.stdout + half.stderr)
+    rows = [json.loads(line) for line in subprocess.run(fc + ["--json"], cwd=ROOT, capture_output=True,
+                                                        text=True).stdout.splitlines()]
+    halves = {json.loads(line)["run"]: json.loads(line) for line in subprocess.run(
+        fc + ["--json", "--fit-fraction", "0.5", "--bootstrap", "0"], cwd=ROOT, capture_output=True, text=True).stdout.splitlines()}
+    with open(os.path.join(LOG_DIR, "fits.jsonl"), "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+    lines = ["| run | flags | A | A 95% CI | B | C_mid (device-h) | R² | verdict vs best | final pass rate | "
+             "predicted from first half | error |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        extra = halves.get(r["run"], {}).get("extrapolation") or [{}]
+        last = extra[-1]
+        ci = r.get("A_ci") or [float("nan")] * 2
+        lines.append(f"| {r['run']} | `{' '.join(RUNS.get(r['run'], []))}` | {r['A']:.3f} | [{ci[0]:.3f}, {ci[1]:.3f}] | "
+                     f"{r['B']:.2f} | {r['C_mid']:.3g} | {r['r2']:.3f} | {r['verdict']} | "
+                     f"{last.get('actual', float('nan')):.3f} | {last.get('predicted', float('nan')):.3f} | "
+                     f"{last.get('error', float('nan')):+.3f} |")
+    with open(os.path.join(LOG_DIR, "table.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", default=",".join(RUNS), help="comma-separated names from RUNS (default: all)")
+    ap.add_argument("--fit_only", action="store_true", help="skip training; fit the logs that exist")
+    args = ap.parse_args()
+    names = [n for n in args.runs.split(",") if n]
+    unknown = [n for n in names if n not in RUNS]
+    if unknown:
+        print(f"error: unknown runs {unknown}; choose from {', '.join(RUNS)}", file=sys.stderr)
+        sys.exit(2)
+    if not args.fit_only:
+        for name in names:
+            if not finished(name):
+                run(name)
+    fit()
