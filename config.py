@@ -35,7 +35,7 @@ class Config:
     # --- batch (paper §2: 768 completions = 48 prompts x 16) ---
     batch: int = 768  # completions per optimizer step (before zero-variance filtering)
     group: int = 16  # completions per prompt, G
-    micro_batch_tokens: int = 16384  # tokens per packed forward/backward micro-batch (memory knob only)
+    micro_batch_tokens: int = 16384  # per forward/backward: rows x longest row, padding included (memory knob)
 
     # --- off-policy setup (paper §3.1) ---
     mode: Literal["pipeline", "ppo", "sync"] = "pipeline"  # PipelineRL-k | PPO-off-policy-k | on-policy
@@ -104,9 +104,9 @@ class Config:
 # frequent small evaluations, and bf16 set explicitly (auto would pick fp32 on a CPU) so that the body runs
 # in bf16 and the FP32 LM head means what it does in the paper.
 TOY = dict(
-    batch=128, group=8, max_steps=400, lr=3e-5, warmup_steps=20, grad_clip=1.0, dtype="bfloat16",
+    batch=128, group=8, max_steps=600, lr=3e-5, warmup_steps=20, grad_clip=1.0, dtype="bfloat16",
     prompt_max_tokens=48, think_min_tokens=40, think_max_tokens=56, answer_max_tokens=12,
-    eval_every=20, eval_prompts=200, eval_samples=4, save_every=50, micro_batch_tokens=512,
+    eval_every=20, eval_prompts=200, eval_samples=4, save_every=50, micro_batch_tokens=2048,
 )
 
 

@@ -181,27 +181,50 @@ print0(f"run {run_name}: log {log_path}, {world} x {device.type}, {cfg.prompts_p
 
 
 def completion_logprobs(seqs: list[tuple[list[int], list[int]]]) -> tuple[torch.Tensor, torch.Tensor]:
-    """log pi_train and entropy (nats) of every completion token, (N,) each. The sequences (prompt, completion)
-    are packed into one row with restarting position ids: no compute on padding, and transformers builds a
-    block-diagonal causal mask from the position ids."""
-    ids, pos, pick, targets, offset = [], [], [], [], 0
-    for prompt, completion in seqs:
-        ids += prompt + completion
-        pos += range(len(prompt) + len(completion))
-        pick += range(offset + len(prompt) - 1, offset + len(prompt) + len(completion) - 1)  # predicts completion
-        targets += completion
-        offset += len(prompt) + len(completion)
-    as_tensor = lambda x: torch.tensor(x, device=device)  # noqa: E731
-    out = model(input_ids=as_tensor([ids]), position_ids=as_tensor([pos]), logits_to_keep=as_tensor(pick),
+    """log pi_train and entropy (nats) of every completion token, flat in the order of seqs, (N,) each. The
+    sequences (prompt, completion) form one right-padded batch; callers bucket them by length so that little
+    is padding, and the head runs only from the first position that predicts a completion token."""
+    lengths = [len(p) + len(c) for p, c in seqs]
+    width, start = max(lengths), min(len(p) for p, _ in seqs) - 1
+    ids = torch.tensor([p + c + [pad_id] * (width - n) for (p, c), n in zip(seqs, lengths)], device=device)
+    mask = torch.arange(width, device=device)[None, :] < torch.tensor(lengths, device=device)[:, None]  # (B, L)
+    out = model(input_ids=ids, attention_mask=mask.long(), logits_to_keep=torch.arange(start, width - 1, device=device),
                 use_cache=False)
-    logprobs = torch.log_softmax(out.logits[0].float() / cfg.temperature, dim=-1)  # (N, V) fp32
+    logprobs = torch.log_softmax(out.logits.float() / cfg.temperature, dim=-1)  # (B, L - 1 - start, V) fp32
+    # position t predicts token t + 1: pick each row's completion positions, in order
+    rows = torch.tensor([i for i, (p, c) in enumerate(seqs) for _ in c], device=device)
+    cols = torch.tensor([len(p) - 1 - start + t for p, c in seqs for t in range(len(c))], device=device)
+    picked = logprobs[rows, cols]  # (N, V)
+    targets = torch.tensor([t for _, c in seqs for t in c], device=device)
     with torch.no_grad():
-        entropy = -(logprobs.exp() * logprobs).sum(-1)
-    return logprobs.gather(-1, as_tensor(targets)[:, None])[:, 0], entropy
+        entropy = -(picked.exp() * picked).sum(-1)
+    return picked.gather(-1, targets[:, None])[:, 0], entropy
+
+
+def buckets(items: list, budget_tokens: int) -> tuple[list[list], float, float]:
+    """Micro-batches of (prompt, sample, ...) items sorted by length, each at most budget_tokens once padded
+    (a longer sequence gets its own). Returns the batches and the padding fraction with and without sorting."""
+    def padding(batches):
+        padded = sum(len(b) * max(len(it[0]) + len(it[1].token_ids) for it in b) for b in batches if b)
+        real = sum(len(it[0]) + len(it[1].token_ids) for b in batches for it in b)
+        return 1 - real / padded if padded else 0.0
+
+    def split(seq):
+        batches, widest = [[]], 0
+        for it in seq:
+            n = len(it[0]) + len(it[1].token_ids)
+            if batches[-1] and (len(batches[-1]) + 1) * max(widest, n) > budget_tokens:
+                batches, widest = batches + [[]], 0
+            batches[-1].append(it)
+            widest = max(widest, n)
+        return [b for b in batches if b]
+    sorted_batches = split(sorted(items, key=lambda it: len(it[0]) + len(it[1].token_ids)))
+    return sorted_batches, padding(sorted_batches), padding(split(items))
 
 
 loss_eps = {k: getattr(cfg, k) for k in ("eps_max", "eps_low", "eps_high", "eps_clip", "gspo_eps_low", "gspo_eps_high")}
-dummy = [([tokenizer.eos_token_id], [tokenizer.eos_token_id])]  # a rank with fewer micro-batches runs these (FSDP)
+pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+dummy = [([pad_id], [pad_id])]  # a rank with fewer micro-batches runs this, to keep FSDP's collectives in step
 t_train_clock = time.time()  # gpu_hours counts training wall time; evaluation and checkpoint writing are excluded
 # test hooks: plant non-finite gradients at these steps (SCALERL_TEST_NAN_STEPS=2,3), and save the first step's
 # loss and full gradient to a file (SCALERL_TEST_GRAD_FILE=path) to compare runs on different numbers of ranks
@@ -259,17 +282,13 @@ while True:
         cfg.loss_agg, torch.tensor([sum(s.mask) for _, s, _ in items], dtype=torch.long),
         torch.tensor([sum(sum(s.mask) for s in g.samples) for g in kept for _ in g.samples], dtype=torch.long),
         int(n_prompts), int(n_completions), int(n_tokens)).tolist()
-    micro, size = [[]], 0
-    for it, w in zip(items, weights):  # greedy packing up to micro_batch_tokens tokens per forward
-        if micro[-1] and size + len(it[0]) + len(it[1].token_ids) > cfg.micro_batch_tokens:
-            micro, size = micro + [[]], 0
-        micro[-1].append((*it, w))
-        size += len(it[0]) + len(it[1].token_ids)
-    n_micro = int(all_max(len(micro) if items else 0))
+    micro, padding_frac, padding_frac_unsorted = buckets([(*it, w) for it, w in zip(items, weights)],
+                                                         cfg.micro_batch_tokens)
+    n_micro = int(all_max(len(micro)))
     sums = dict.fromkeys(("loss", "tokens", "is_ratio_sum", "clipped_tokens", "mismatch_sum", "entropy_sum"), 0.0)
     is_ratio_max = 0.0
     for j in range(n_micro):
-        mb = micro[j] if items and j < len(micro) else None
+        mb = micro[j] if j < len(micro) else None
         logp, entropy = completion_logprobs([(p, s.token_ids) for p, s, _, _ in mb] if mb else dummy)
         if mb is None:  # keeps FSDP's collectives in step across ranks; contributes nothing
             (logp.sum() * 0.0).backward()
@@ -347,6 +366,7 @@ while True:
         "clip_frac": totals["clipped_tokens"] / tokens, "mismatch": totals["mismatch_sum"] / tokens,
         "entropy": totals["entropy_sum"] / tokens, "lag_mean": lag_sum / n_groups, "lag_max": all_max(max(lags)),
         "retired_prompts": all_sum(len(sampler.retired))[0], "stale_restarts": all_sum(rollouts.stale_restarts)[0],
+        "padding_frac": padding_frac, "padding_frac_unsorted": padding_frac_unsorted,
         "t_generate": t_generate, "t_grade": t_grade, "t_train": t_train, "t_sync": t_sync,
         "t_step": time.time() - t_step, "prompts": prompts,
     }

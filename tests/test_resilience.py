@@ -47,6 +47,20 @@ def test_two_ranks_train_the_same_global_batch_as_one(tmp_path, toy_path, run_na
     assert max(g.abs().max().item() for g in a["grads"].values()) > 1e-3  # a real gradient
 
 
+def test_gradient_does_not_depend_on_micro_batches(tmp_path, toy_path):
+    """The same step split into 1-token-budget micro-batches and into one: the same loss and gradient (fp32)."""
+    grads = {}
+    for budget in ("64", "8192"):
+        proc = run_train(*SYNC, "--max_steps", "1", "--save_every", "-1", "--dtype", "float32", "--micro_batch_tokens",
+                         budget, "--run_name", f"mb{budget}", "--log_dir", str(tmp_path),
+                         env={"SCALERL_TEST_GRAD_FILE": str(tmp_path / f"{budget}.pt")})
+        assert proc.returncode == 0, proc.stdout[-3000:]
+        grads[budget] = torch.load(tmp_path / f"{budget}.pt")
+    a, b = grads["64"], grads["8192"]
+    assert abs(a["loss"] - b["loss"]) < 1e-6
+    assert max((a["grads"][k] - b["grads"][k]).abs().max().item() for k in a["grads"]) < 1e-6
+
+
 def test_torchrun_pipeline_mode_runs(tmp_path, toy_path, run_name):
     name = run_name()
     proc = torchrun("--batch", "32", "--group", "8", "--eval_prompts", "16", "--eval_samples", "2", "--eval_every", "2",
