@@ -23,6 +23,7 @@ class Config:
     model: str = "toy"  # "toy" (built and cached by data.py) or any HF causal LM name/path
     dataset: str = "toy"  # toy | polaris | deepscaler | gsm8k | math | path/to/file.jsonl|.parquet
     eval_dataset: str = ""  # "" = 1,000 prompts held out of --dataset (paper §2.1); or math500 | aime24 | a file
+    reward: Literal["math", "exact"] = "math"  # math-verify on the last \\boxed{}; or the answer's first line verbatim
     run_name: str = ""  # "" = <mode>-<loss>-s<seed>-<time>; names logs/<run_name>.jsonl and out_dir/<run_name>/
     seed: int = 0
     out_dir: str = "out"  # checkpoints, toy model cache, rollout dumps

@@ -1,12 +1,12 @@
 """Prompts, answers and graders; and the toy that lets `python train.py` run on a laptop with no download.
 
-    python data.py                 # build (or load from cache) the toy model and print its base pass rate
+    python data.py                 # build the toy model (or find it cached) and print its folder
 
-The toy (paper §2 in miniature): a generated verifiable task, multi-term addition answered after a
-<think> scratchpad of running sums, e.g.
+The toy (paper §2 in miniature): a generated verifiable task, a sum of 2-6 digits answered after a <think>
+scratchpad of running sums, e.g.
 
-    prompt      <|user|>Add: 37+85+12<|assistant|><think>
-    completion  37+85=122 122+12=134 </think>\\boxed{134}<|endoftext|>
+    prompt      <|user|>Add: 7+5+9<|assistant|><think>
+    completion  7+5=12 12+9=21 </think>\\boxed{21}<|endoftext|>
 
 and a ~1M-parameter Qwen2 model with a byte-level BPE tokenizer (digits split one per token), both built
 here, saved in Hugging Face format (so transformers and vLLM load them), and given a short supervised warm
@@ -16,9 +16,9 @@ import hashlib
 import json
 import os
 import random
-import re
 import shutil
 import time
+from functools import partial
 
 THINK_START, THINK_END = "<think>", "</think>"
 EOS = "<|endoftext|>"
@@ -166,11 +166,12 @@ def load_task(cfg, tokenizer) -> tuple[list[dict], list[dict], callable]:
             train, val = [r for i, r in enumerate(train) if i not in held], [train[i] for i in sorted(held)]
         if not val:
             raise DataError(f"{cfg.dataset}: too few rows to hold out a validation split (use --eval_dataset)")
-        for r in train + val:
-            r["prompt"] = f"{r['prompt']}\n{MATH_INSTRUCTION}"
-        thinking = prompt_opens_thinking(tokenizer)
-        grader = MathGrader(cfg.grade_timeout_s, thinking=thinking)
-        grade = grader.__call__
+        if cfg.reward == "exact":  # plain tasks: the first line of the final answer must equal the answer
+            grade = partial(grade_exact, thinking=prompt_opens_thinking(tokenizer))
+        else:
+            for r in train + val:
+                r["prompt"] = f"{r['prompt']}\n{MATH_INSTRUCTION}"
+            grade = MathGrader(cfg.grade_timeout_s, thinking=prompt_opens_thinking(tokenizer))
     for rows in (train, val):
         for r in rows:
             r["prompt_ids"] = format_prompt(tokenizer, r["prompt"])
@@ -182,16 +183,12 @@ def load_task(cfg, tokenizer) -> tuple[list[dict], list[dict], callable]:
 
 
 # --- graders: grade(completions, answers) -> rewards, +1 correct and -1 otherwise (paper A.3) ----------------------
-_BOXED = re.compile(r"\\boxed\{([^{}]{0,64})\}")
-
-
-def final_answer(completion: str) -> str | None:
-    """The content of the last \\boxed{} after the last </think>; None if thinking never closed. The thinking
-    part is not graded (paper §2: answers are graded after stripping <think>...</think>)."""
-    if THINK_END not in completion:
-        return None
-    found = _BOXED.findall(completion.rsplit(THINK_END, 1)[1][:4096])
-    return found[-1].strip() if found else None
+def final_answer(completion: str, thinking: bool = True) -> str | None:
+    """The answer a completion gives: the content of the \\boxed{} after the last </think> (several boxes must
+    agree), or None. The thinking part is never graded (paper §2: answers are graded after stripping
+    <think>...</think>); see boxed_answers for the rules."""
+    boxes = boxed_answers(completion, thinking)
+    return boxes[0] if boxes and len(set(boxes)) == 1 else None
 
 
 def toy_reward(completion: str, answer: str) -> float:
@@ -201,6 +198,17 @@ def toy_reward(completion: str, answer: str) -> float:
 
 def grade_toy(completions: list[str], answers: list[str]) -> list[float]:
     return [toy_reward(c, a) for c, a in zip(completions, answers)]
+
+
+def grade_exact(completions: list[str], answers: list[str], thinking: bool) -> list[float]:
+    """--reward exact: the first line of the final answer (after the last </think>), stripped, equals the answer."""
+    def first_line(c: str) -> str | None:
+        if THINK_END in c:
+            c = c.rsplit(THINK_END, 1)[1]
+        elif thinking or THINK_START in c:
+            return None
+        return c.strip().split("\n", 1)[0].strip()
+    return [1.0 if first_line(c) == a.strip() else -1.0 for c, a in zip(completions, answers)]
 
 
 MAX_ANSWER_CHARS = 1000  # a boxed answer longer than this is wrong without being parsed
@@ -298,9 +306,9 @@ class MathGrader:
         rewards, todo = [-1.0] * len(completions), []
         for n, (completion, answer) in enumerate(zip(completions, answers)):
             completion = completion.encode("utf-8", "replace").decode("utf-8")  # lone surrogates become "?"
-            boxes = boxed_answers(completion, self.thinking)
-            if boxes and len(set(boxes)) == 1 and len(boxes[0]) <= MAX_ANSWER_CHARS:
-                todo.append((n, json.dumps({"content": boxes[0], "answer": str(answer)})))
+            content = final_answer(completion, self.thinking)
+            if content is not None:
+                todo.append((n, json.dumps({"content": content, "answer": str(answer)})))
         busy = {}  # worker index -> (item index, deadline)
         while todo or busy:
             for k in range(len(self.workers)):

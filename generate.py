@@ -27,24 +27,10 @@ import random
 import time
 from dataclasses import dataclass, field
 
-import logging
-
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # keep the engine in this process: weights in place
-os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # start-up chatter; VLLM_LOGGING_LEVEL=INFO to see it
-
-
-class _KnownNoise(logging.Filter):
-    """Warnings vLLM prints on every weight update or thread query that say nothing new: RotaryEmbedding and a
-    tied LM head have no weights of their own to reload (the head is re-tied below); the CPU backend pins
-    torch's thread count."""
-    def filter(self, record):
-        msg = record.getMessage()
-        return not (msg.endswith("Failed to load weights") or "set_num_threads" in msg or "raw prompts" in msg)
-
-
-for _name in ("vllm.model_executor.model_loader.reload.layerwise", "vllm.v1.worker.cpu_worker",
-              "vllm.v1.engine.input_processor"):
-    logging.getLogger(_name).addFilter(_KnownNoise())
+# vLLM's start-up chatter and its per-update "Failed to load weights" for layers with nothing to reload (rotary
+# embeddings, a tied head, re-tied below) are noise here; VLLM_LOGGING_LEVEL=INFO shows everything
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 
 
 class Progress:
@@ -171,7 +157,7 @@ class Generator:
         self._groups: dict[str, Group] = {}  # uid -> group still generating
         self._pending: dict[str, int] = {}  # uid -> samples not finished yet
         self.finished: list[Group] = []  # done groups not yet taken by anyone
-        self.tokens_generated = 0
+        self.min_tokens = 0  # bench.py forces completion lengths with this
 
     # --- requests ---
     def submit(self, uid: str, prompt_idx: int, prompt_ids: list[int], answer: str, n: int, serial: int = -1):
@@ -184,7 +170,8 @@ class Generator:
     def _add(self, group: Group, i: int, phase: int):
         cfg, s = self.cfg, group.samples[i]
         seed = seed_of(self.cfg.seed, group.uid, i, phase)
-        common = dict(temperature=cfg.temperature, logprobs=0, flat_logprobs=True, detokenize=False, seed=seed)
+        common = dict(temperature=cfg.temperature, logprobs=0, flat_logprobs=True, detokenize=False, seed=seed,
+                      min_tokens=self.min_tokens)
         if not self.use_interruptions:  # one request with the whole budget (L_max of Eq. 9)
             params = self.SamplingParams(max_tokens=cfg.think_max_tokens + cfg.answer_max_tokens, **common)
         elif phase == 0:  # think until </think>, EOS, or this completion's budget
@@ -212,7 +199,6 @@ class Generator:
             s.logprobs += list(o.logprobs.logprobs) if len(o.token_ids) else []
             s.versions += versions
             s.mask += [1] * len(o.token_ids)
-            self.tokens_generated += len(o.token_ids)
             ended_eos = o.finish_reason == "stop" and o.stop_reason is None
             if self.use_interruptions and phase == 0 and not ended_eos:
                 if o.finish_reason == "length":  # thinking budget reached: inject the phrase

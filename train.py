@@ -12,6 +12,7 @@ no top-p/top-k sampling (they would bias pi_gen).
 import json
 import math
 import os
+import resource
 import sys
 import time
 
@@ -27,10 +28,10 @@ if cfg.dry_run:
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard  # noqa: E402
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer  # noqa: E402
+from transformers import AutoConfig, AutoTokenizer  # noqa: E402
 
 import checkpoint  # noqa: E402
+import policy  # noqa: E402
 
 # -----------------------------------------------------------------------------------------------------------
 # compute init: torchrun sets RANK/WORLD_SIZE; plain python is a world of one. FSDP2 runs in both, so the
@@ -55,8 +56,9 @@ def print0(*args):
 
 
 def fail(msg: str, status: int = 2):
-    """One line, no traceback, non-zero exit: for problems found before anything has run."""
-    print0(f"error: {msg}")
+    """One line on stderr, no traceback, non-zero exit: for problems found before anything has run."""
+    if master:
+        print(f"error: {msg}", file=sys.stderr, flush=True)
     sys.exit(status)
 
 
@@ -107,17 +109,11 @@ if cfg.eval_every != -1 and cfg.eval_prompts > len(eval_rows):
 eval_rows = eval_rows[:cfg.eval_prompts][rank::world]  # each rank grades its share
 sampler = data.PromptSampler(train_rows, cfg.seed, cfg.npr, cfg.npr_threshold)  # identical on every rank
 
-# the trainer: fp32 master weights; each decoder layer computes in compute_dtype, and the root module (embedding,
-# final norm, LM head) in fp32 when --fp32_head (paper §3.2(c)), tied embeddings included: FSDP2 casts each
-# unit's inputs to its param dtype, so the head's matmul and the log-softmax run in fp32 on a bf16 body.
+# the trainer (policy.py): FSDP2, fp32 master weights, the body in compute_dtype and the LM head in fp32
 resume_from = checkpoint.find_latest(run_dir, log=print0) if cfg.resume else None
 if cfg.resume and resume_from is None:
     fail(f"--resume: no complete checkpoint in {run_dir}")
-model = AutoModelForCausalLM.from_pretrained(resume_from or model_path, dtype=torch.float32).to(device)
-for layer in model.base_model.layers:
-    fully_shard(layer, mp_policy=MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32))
-fully_shard(model, mp_policy=MixedPrecisionPolicy(param_dtype=torch.float32 if cfg.fp32_head else compute_dtype,
-                                                  reduce_dtype=torch.float32))
+model = policy.build(resume_from or model_path, device, compute_dtype, cfg.fp32_head)
 optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, eps=cfg.adam_eps, weight_decay=cfg.weight_decay)
 
 
@@ -180,48 +176,6 @@ print0(f"run {run_name}: log {log_path}, {world} x {device.type}, {cfg.prompts_p
        f"{cfg.batch} completions per step, {cfg.mode} k={cfg.k}, loss {cfg.loss}, start-up {time.time() - t_start:.0f}s")
 
 
-def completion_logprobs(seqs: list[tuple[list[int], list[int]]]) -> tuple[torch.Tensor, torch.Tensor]:
-    """log pi_train and entropy (nats) of every completion token, flat in the order of seqs, (N,) each. The
-    sequences (prompt, completion) form one right-padded batch; callers bucket them by length so that little
-    is padding, and the head runs only from the first position that predicts a completion token."""
-    lengths = [len(p) + len(c) for p, c in seqs]
-    width, start = max(lengths), min(len(p) for p, _ in seqs) - 1
-    ids = torch.tensor([p + c + [pad_id] * (width - n) for (p, c), n in zip(seqs, lengths)], device=device)
-    mask = torch.arange(width, device=device)[None, :] < torch.tensor(lengths, device=device)[:, None]  # (B, L)
-    out = model(input_ids=ids, attention_mask=mask.long(), logits_to_keep=torch.arange(start, width - 1, device=device),
-                use_cache=False)
-    logprobs = torch.log_softmax(out.logits.float() / cfg.temperature, dim=-1)  # (B, L - 1 - start, V) fp32
-    # position t predicts token t + 1: pick each row's completion positions, in order
-    rows = torch.tensor([i for i, (p, c) in enumerate(seqs) for _ in c], device=device)
-    cols = torch.tensor([len(p) - 1 - start + t for p, c in seqs for t in range(len(c))], device=device)
-    picked = logprobs[rows, cols]  # (N, V)
-    targets = torch.tensor([t for _, c in seqs for t in c], device=device)
-    with torch.no_grad():
-        entropy = -(picked.exp() * picked).sum(-1)
-    return picked.gather(-1, targets[:, None])[:, 0], entropy
-
-
-def buckets(items: list, budget_tokens: int) -> tuple[list[list], float, float]:
-    """Micro-batches of (prompt, sample, ...) items sorted by length, each at most budget_tokens once padded
-    (a longer sequence gets its own). Returns the batches and the padding fraction with and without sorting."""
-    def padding(batches):
-        padded = sum(len(b) * max(len(it[0]) + len(it[1].token_ids) for it in b) for b in batches if b)
-        real = sum(len(it[0]) + len(it[1].token_ids) for b in batches for it in b)
-        return 1 - real / padded if padded else 0.0
-
-    def split(seq):
-        batches, widest = [[]], 0
-        for it in seq:
-            n = len(it[0]) + len(it[1].token_ids)
-            if batches[-1] and (len(batches[-1]) + 1) * max(widest, n) > budget_tokens:
-                batches, widest = batches + [[]], 0
-            batches[-1].append(it)
-            widest = max(widest, n)
-        return [b for b in batches if b]
-    sorted_batches = split(sorted(items, key=lambda it: len(it[0]) + len(it[1].token_ids)))
-    return sorted_batches, padding(sorted_batches), padding(split(items))
-
-
 loss_eps = {k: getattr(cfg, k) for k in ("eps_max", "eps_low", "eps_high", "eps_clip", "gspo_eps_low", "gspo_eps_high")}
 pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 dummy = [([pad_id], [pad_id])]  # a rank with fewer micro-batches runs this, to keep FSDP's collectives in step
@@ -275,21 +229,22 @@ while True:
         len(kept), len(kept) * cfg.group, sum(sum(s.mask) for g in kept for s in g.samples), float((centered ** 2).sum()))
     adv = losses.advantages(rewards[keep], cfg.adv_norm, sq_sum, int(n_completions))  # (P_kept, G)
 
-    # --- loss: per-token weights from the whole step's batch, then packed micro-batches (paper §3.3)
+    # --- loss: per-token weights from the whole step's batch, then length-bucketed micro-batches (paper §3.3)
     t0 = time.time()
     items = [(g.prompt_ids, s, a_i) for g, a in zip(kept, adv.tolist()) for s, a_i in zip(g.samples, a)]
     weights = losses.token_weights(  # one per completion, from the global counts
         cfg.loss_agg, torch.tensor([sum(s.mask) for _, s, _ in items], dtype=torch.long),
         torch.tensor([sum(sum(s.mask) for s in g.samples) for g in kept for _ in g.samples], dtype=torch.long),
         int(n_prompts), int(n_completions), int(n_tokens)).tolist()
-    micro, padding_frac, padding_frac_unsorted = buckets([(*it, w) for it, w in zip(items, weights)],
-                                                         cfg.micro_batch_tokens)
+    micro, padding_frac, padding_frac_unsorted = policy.buckets(
+        [(*it, w) for it, w in zip(items, weights)], cfg.micro_batch_tokens, length=lambda it: len(it[0]) + len(it[1].token_ids))
     n_micro = int(all_max(len(micro)))
     sums = dict.fromkeys(("loss", "tokens", "is_ratio_sum", "clipped_tokens", "mismatch_sum", "entropy_sum"), 0.0)
     is_ratio_max = 0.0
     for j in range(n_micro):
         mb = micro[j] if j < len(micro) else None
-        logp, entropy = completion_logprobs([(p, s.token_ids) for p, s, _, _ in mb] if mb else dummy)
+        logp, entropy = policy.completion_logprobs(model, [(p, s.token_ids) for p, s, _, _ in mb] if mb else dummy,
+                                                   cfg.temperature, pad_id)
         if mb is None:  # keeps FSDP's collectives in step across ranks; contributes nothing
             (logp.sum() * 0.0).backward()
             continue
@@ -315,7 +270,10 @@ while True:
         if master:
             torch.save({"loss": loss_total, "grads": grads}, grad_file)
 
+    t_train = time.time() - t0
+
     # --- optimizer step; a non-finite loss or gradient skips it, weights and optimizer state untouched
+    t0 = time.time()
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip if cfg.grad_clip > 0 else math.inf)
     grad_norm = float(grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm)
     totals = dict(zip(sums, all_sum(*sums.values())))
@@ -329,7 +287,7 @@ while True:
     elif not finite:
         state["bad_steps"] += 1
     optimizer.zero_grad(set_to_none=True)
-    t_train = time.time() - t0
+    t_optim = time.time() - t0
 
     # --- sync: push the new weights into this rank's vLLM (in flight in pipeline mode, paper §3.1)
     t0 = time.time()
@@ -367,13 +325,15 @@ while True:
         "entropy": totals["entropy_sum"] / tokens, "lag_mean": lag_sum / n_groups, "lag_max": all_max(max(lags)),
         "retired_prompts": all_sum(len(sampler.retired))[0], "stale_restarts": all_sum(rollouts.stale_restarts)[0],
         "padding_frac": padding_frac, "padding_frac_unsorted": padding_frac_unsorted,
-        "t_generate": t_generate, "t_grade": t_grade, "t_train": t_train, "t_sync": t_sync,
+        "t_generate": t_generate, "t_grade": t_grade, "t_train": t_train, "t_optim": t_optim, "t_sync": t_sync,
+        "peak_mem_gib": all_max(torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else
+                                resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20),
         "t_step": time.time() - t_step, "prompts": prompts,
     }
     log(record)
     print0(f"step {state['step']}/{cfg.max_steps} | reward {record['reward_mean']:+.3f} | pass {record['pass_rate_train']:.3f}"
            f" | loss {record['loss']:+.4f} | lag {record['lag_mean']:.2f}/{record['lag_max']:.0f} | "
-           f"{record['t_step']:.2f}s (gen {t_generate:.2f} train {t_train:.2f} sync {t_sync:.3f})")
+           f"{record['t_step']:.2f}s (gen {t_generate:.2f} train {t_train + t_optim:.2f} sync {t_sync:.3f})")
     if state["bad_steps"] >= cfg.max_bad_steps:
         print0(f"error: {state['bad_steps']} consecutive steps with a non-finite loss or gradient; stopping. The last "
                f"checkpoint in {run_dir} is intact.")

@@ -32,7 +32,8 @@ def test_grader_reads_only_the_final_answer_after_thinking():
     assert data.toy_reward("1+2=3 </think>\\boxed{3}", "3") == 1.0
     assert data.toy_reward("\\boxed{3} still thinking", "3") == -1.0  # never closed its thinking
     assert data.toy_reward("\\boxed{3} </think>\\boxed{4}", "3") == -1.0  # the answer inside thinking is ignored
-    assert data.toy_reward("</think>\\boxed{4} \\boxed{3}", "3") == 1.0  # the last boxed answer counts
+    assert data.toy_reward("</think>\\boxed{4} \\boxed{3}", "3") == -1.0  # hedging between answers is wrong
+    assert data.toy_reward("</think>\\boxed{3} so \\boxed{3}", "3") == 1.0  # repeating the answer is fine
     assert data.toy_reward("", "3") == -1.0
 
 

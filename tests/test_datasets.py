@@ -117,3 +117,10 @@ def test_progress_is_plain_lines_when_stdout_is_not_a_terminal(tmp_path, toy_pat
     lines = proc.stdout.splitlines()
     assert any(ln.startswith("evaluate: 16/16 groups") and "eta" in ln for ln in lines)
     assert any(ln.startswith("generate: ") and "groups/s" in ln for ln in lines)
+
+
+def test_exact_reward_reads_the_first_line_of_the_final_answer():
+    grade = lambda cs, a: data.grade_exact(cs, [a] * len(cs), thinking=False)  # noqa: E731
+    assert grade(["81", "81\nmore text", " 81 ", "<think>hmm</think>81", "8 1", "<think>81"], "81") == \
+        [1.0, 1.0, 1.0, 1.0, -1.0, -1.0]
+    assert data.grade_exact(["81", "x</think>81"], ["81", "81"], thinking=True) == [-1.0, 1.0]

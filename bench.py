@@ -1,0 +1,173 @@
+"""Where a step's time goes, and how close the loop is to the limit: vLLM alone and the trainer alone.
+
+    python bench.py                                    # the toy, sync mode: 12 steps of the real loop, then the limits
+    python bench.py --mode pipeline                    # any train.py flag passes through
+    python bench.py --batch 512 --scale_lengths 32,128 # cost against batch size and completion length
+
+1. Runs train.py itself (the real loop) for --steps steps without evaluation or checkpoints and prints, per
+   phase, the median seconds per step over the steps after --skip: generate, grade, trainer forward/backward,
+   optimizer, weight sync, everything else; generated and trained tokens/s, samples/s, peak memory (RSS on
+   CPU, allocated on GPU) and the padding fraction of the training micro-batches (length-sorted buckets, and
+   what arrival order would give).
+2. Then, in this process, the limits on the same prompts and group size: vLLM alone generating a batch, and
+   the trainer alone doing forward/backward/AdamW on those completions; overhead = 1 - (generate_alone +
+   train_alone) / step. With --scale_lengths, the same two limits with completions forced to each length.
+On CPU it also reports torch's thread count beside vLLM's engine and the trainer's time on 1 thread.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+PHASES = ("t_generate", "t_grade", "t_train", "t_optim", "t_sync")
+
+
+def loop(flags: list[str], steps: int, skip: int) -> dict:
+    """Run train.py and return median per-step numbers from its log."""
+    with tempfile.TemporaryDirectory() as logs:
+        cmd = [sys.executable, os.path.join(ROOT, "train.py"), *flags, "--max_steps", str(steps), "--eval_every",
+               "-1", "--save_every", "-1", "--run_name", "bench", "--log_dir", logs]
+        proc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if proc.returncode:
+            sys.exit(f"train.py failed:\n{proc.stdout[-3000:]}")
+        records = [json.loads(line) for line in open(os.path.join(logs, "bench.jsonl"))]
+    config = records[0]
+    train = [r for r in records if r["kind"] == "train"][skip:]
+    med = {k: statistics.median(r[k] for r in train) for k in (*PHASES, "t_step", "padding_frac", "padding_frac_unsorted",
+                                                                 "completion_tokens_mean", "peak_mem_gib")}
+    med["t_other"] = statistics.median(r["t_step"] - sum(r[k] for k in PHASES) for r in train)
+    samples = config["batch"]
+    med["gen_tokens_per_s"] = statistics.median(samples * r["completion_tokens_mean"] / r["t_generate"] for r in train)
+    trained = [b["tokens"] - a["tokens"] for a, b in zip(train, train[1:])]
+    med["train_tokens_per_s"] = statistics.median(n / r["t_train"] for n, r in zip(trained, train[1:])) if trained else 0
+    med["samples_per_s"] = samples / med["t_step"]
+    med["config"] = config
+    return med
+
+
+def limits(flags: list[str], repeats: int, lengths: list[int]) -> dict:
+    """vLLM alone and the trainer alone, in this process, on batches of the run's own prompts."""
+    import torch
+    import torch.distributed as dist
+
+    import config as config_mod
+    import data
+    import losses
+    import policy
+    from generate import Generator
+    from transformers import AutoTokenizer
+    cfg = config_mod.parse_args(flags)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", store=dist.HashStore(), rank=0, world_size=1)
+    path = data.build_toy_model(cfg.out_dir) if cfg.model == "toy" else cfg.model
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    train_rows, _, _ = data.load_task(cfg, tokenizer)
+    if lengths:  # room in the engine's context for the longest forced completion
+        cfg.think_max_tokens = max(cfg.think_max_tokens, max(lengths))
+    gen = Generator(cfg, path, tokenizer, device.type)
+    cfg.think_max_tokens = config_mod.parse_args(flags).think_max_tokens
+    threads = torch.get_num_threads()
+    dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32}.get(cfg.dtype, torch.float32 if device.type == "cpu"
+                                                                       else torch.bfloat16)
+    model = policy.build(path, device, dtype, cfg.fp32_head)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, eps=cfg.adam_eps, weight_decay=cfg.weight_decay)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    sampler = data.PromptSampler(train_rows, cfg.seed, npr=False, npr_threshold=1.0)
+
+    budgets = (cfg.interruptions, cfg.think_max_tokens, cfg.answer_max_tokens)
+
+    def generate(length: int | None):
+        """One batch of the run's prompts; with a length, every completion is forced to exactly that many tokens."""
+        cfg.interruptions, cfg.think_max_tokens, cfg.answer_max_tokens = (False, length, 0) if length else budgets
+        gen.use_interruptions, gen.min_tokens = cfg.interruptions and not cfg.length_penalty, length or 0
+        uids = set()
+        for idx, serial in sampler.draw(cfg.prompts_per_step):
+            gen.submit(f"bench{serial}", idx, train_rows[idx]["prompt_ids"], "", cfg.group, serial)
+            uids.add(f"bench{serial}")
+        t0 = time.time()
+        groups = gen.run_until_done(uids, "bench")
+        return time.time() - t0, groups
+
+    def train(groups):
+        items = [(g.prompt_ids, s) for g in groups for s in g.samples]
+        t0 = time.time()
+        micro, _, _ = policy.buckets(items, cfg.micro_batch_tokens, length=lambda it: len(it[0]) + len(it[1].token_ids))
+        weight = 1.0 / sum(len(s.token_ids) for _, s in items)
+        for mb in micro:
+            logp, _ = policy.completion_logprobs(model, [(p, s.token_ids) for p, s in mb], cfg.temperature, pad_id)
+            n = logp.numel()
+            loss, _ = losses.policy_loss(cfg.loss, logp, torch.cat([torch.tensor(s.logprobs) for _, s in mb]).to(device),
+                                         torch.ones(n, device=device), torch.full((n,), weight, device=device),
+                                         torch.ones(n, device=device),
+                                         torch.cat([torch.full((len(s.token_ids),), i) for i, (_, s) in enumerate(mb)]).to(device),
+                                         **{k: getattr(cfg, k) for k in ("eps_max", "eps_low", "eps_high", "eps_clip",
+                                                                         "gspo_eps_low", "gspo_eps_high")})
+            loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return time.time() - t0
+
+    out = {"torch_threads": threads}
+    for length in [None] + lengths:
+        gen_t, train_t = [], []
+        for _ in range(repeats):
+            t, groups = generate(length)
+            gen_t.append(t)
+            train_t.append(train(groups))
+        tokens = statistics.mean(len(s.token_ids) for g in groups for s in g.samples)
+        out[length or "run"] = {"generate": statistics.median(gen_t), "train": statistics.median(train_t), "tokens": tokens}
+    if device.type == "cpu":  # the trainer on one thread, as vLLM's CPU backend can leave it
+        torch._C.set_num_threads(1)
+        _, groups = generate(None)
+        out["train_1_thread"] = statistics.median(train(groups) for _ in range(2))
+        torch._C.set_num_threads(threads)
+    gen.close()
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog="Other flags go to train.py unchanged.")
+    ap.add_argument("--steps", type=int, default=12, help="optimizer steps of the real loop (default 12)")
+    ap.add_argument("--skip", type=int, default=2, help="first steps left out of the medians (start-up; default 2)")
+    ap.add_argument("--repeats", type=int, default=3, help="batches for each limit measurement (default 3)")
+    ap.add_argument("--scale_lengths", default="", help="comma-separated completion lengths in tokens for the limits")
+    args, flags = ap.parse_known_args()
+    if not any(f.startswith("--mode") for f in flags):
+        flags = ["--mode", "sync", *flags]
+    lengths = [int(x) for x in args.scale_lengths.split(",") if x]
+    run = loop(flags, args.steps, args.skip)
+    lim = limits(flags, args.repeats, lengths)
+    cfg = run["config"]
+    print(f"bench: {' '.join(flags)} | {cfg['batch']} = {cfg['batch'] // cfg['group']} x {cfg['group']} completions per step, "
+          f"{cfg['device']}, medians over steps {args.skip + 1}-{args.steps}")
+    print(f"{'phase':<26}{'s/step':>8}{'share':>8}")
+    names = {"t_generate": "generate", "t_grade": "grade", "t_train": "trainer forward/backward", "t_optim": "optimizer",
+             "t_sync": "weight sync", "t_other": "everything else"}
+    for key, name in names.items():
+        print(f"{name:<26}{run[key]:8.3f}{run[key] / run['t_step']:8.1%}")
+    print(f"{'step':<26}{run['t_step']:8.3f}")
+    print(f"generated tokens/s {run['gen_tokens_per_s']:.0f} | trained tokens/s {run['train_tokens_per_s']:.0f} | "
+          f"samples/s {run['samples_per_s']:.1f} | peak memory {run['peak_mem_gib']:.2f} GiB | padding "
+          f"{run['padding_frac']:.1%} bucketed ({run['padding_frac_unsorted']:.1%} in arrival order) | "
+          f"completion tokens {run['completion_tokens_mean']:.1f}")
+    alone = lim["run"]
+    overhead = 1 - (alone["generate"] + alone["train"]) / run["t_step"]
+    print(f"limits: vLLM alone {alone['generate']:.3f} s/batch, trainer alone {alone['train']:.3f} s/batch -> "
+          f"overhead = 1 - ({alone['generate']:.3f} + {alone['train']:.3f}) / {run['t_step']:.3f} = {overhead:.1%}")
+    if "train_1_thread" in lim:
+        print(f"threads: torch has {lim['torch_threads']} beside vLLM's engine; the trainer alone on 1 thread takes "
+              f"{lim['train_1_thread']:.3f} s/batch ({lim['train_1_thread'] / alone['train']:.2f}x)")
+    for length in lengths:
+        r = lim[length]
+        print(f"length {length:>5} tokens: vLLM alone {r['generate']:.3f} s/batch, trainer alone {r['train']:.3f} s/batch "
+              f"(mean completion {r['tokens']:.0f} tokens)")
+
+
+if __name__ == "__main__":
+    main()
