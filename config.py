@@ -13,7 +13,7 @@ import math
 import os
 import sys
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 
@@ -22,7 +22,7 @@ class Config:
     # --- run ---
     model: str = "toy"  # "toy" (built and cached by data.py) or any HF causal LM name/path
     dataset: str = "toy"  # toy | polaris | deepscaler | gsm8k | math | path/to/file.jsonl|.parquet
-    eval_dataset: str = ""  # "" = 1,000 prompts held out of --dataset (paper §2.1); or math500 | aime24 | a file
+    eval_dataset: str = ""  # "" = 1,000 held out of --dataset (paper §2.1) or its named eval set; math500 | aime24 | gsm8k_test | a file
     reward: Literal["math", "exact"] = "math"  # math-verify on the last \\boxed{}; or the answer's first line verbatim
     run_name: str = ""  # "" = <mode>-<loss>-s<seed>-<time>; names logs/<run_name>.jsonl and out_dir/<run_name>/
     seed: int = 0
@@ -45,7 +45,8 @@ class Config:
 
     # --- loss (paper §3.2, Eq. 4, A.17) ---
     loss: Literal["cispo", "dapo", "gspo", "grpo"] = "cispo"
-    eps_max: float = 4.0  # CISPO upper truncation of the IS weight; paper A.17.2: 4, 5 and 8 do equally well
+    eps_max: float = 4.0  # CISPO truncation of the IS weight. A.17.2: 4, 5, 8 do equally well; 4 is the tightest
+    #                       bound on the weight of a token sampled up to k=8 versions ago
     eps_low: float = 0.2  # DAPO clip 1 - eps_low
     eps_high: float = 0.28  # DAPO clip 1 + eps_high
     eps_clip: float = 0.2  # GRPO symmetric clip

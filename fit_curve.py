@@ -454,7 +454,10 @@ def main(argv=None):
         except ValueError as e:
             warn(f"{path}: not fitted: {e}")
             continue
-        fits.append(fit_run(run, r0, args))
+        try:
+            fits.append(fit_run(run, r0, args))
+        except (ValueError, RuntimeError, FloatingPointError, np.linalg.LinAlgError) as e:  # a degenerate curve
+            warn(f"{path}: not fitted: the optimizer failed ({type(e).__name__}: {e})")
     if not fits:
         warn("no file could be fitted")
         return 1
