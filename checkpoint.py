@@ -56,6 +56,9 @@ def save(run_dir: str, state: dict, model, optimizer, sampler_state: dict, token
                 os.fsync(fh.fileno())
         shutil.rmtree(final, ignore_errors=True)
         os.rename(tmp, final)
+        dir_fd = os.open(run_dir, os.O_RDONLY)  # the rename itself on disk too
+        os.fsync(dir_fd)
+        os.close(dir_fd)
         for old in sorted(glob.glob(os.path.join(run_dir, "ckpt-[0-9]*[0-9]")))[:-cfg.keep_checkpoints]:
             shutil.rmtree(old, ignore_errors=True)
     dist.barrier()
@@ -101,7 +104,15 @@ def load_state(path: str, model, optimizer, sampler, rank: int) -> dict:
     from the same folder by from_pretrained."""
     with open(os.path.join(path, "state.json")) as f:
         saved = json.load(f)
-    optim_sd = torch.load(os.path.join(path, "optimizer.pt"), weights_only=True) if rank == 0 else {}
+    optim_sd, status = {}, [None]
+    if rank == 0:  # the only reader; every rank must learn whether it worked, or the others would wait forever
+        try:
+            optim_sd = torch.load(os.path.join(path, "optimizer.pt"), weights_only=True)
+        except Exception as e:
+            status = [f"{type(e).__name__}: {e}"]
+    dist.broadcast_object_list(status)
+    if status[0] is not None:
+        raise RuntimeError(f"{path}/optimizer.pt cannot be read ({status[0][:200]})")
     set_optimizer_state_dict(model, optimizer, optim_sd,
                              options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
     sampler.load_state_dict(saved["sampler"])

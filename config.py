@@ -45,8 +45,8 @@ class Config:
 
     # --- loss (paper §3.2, Eq. 4, A.17) ---
     loss: Literal["cispo", "dapo", "gspo", "grpo"] = "cispo"
-    eps_max: float = 4.0  # CISPO truncation of the IS weight. A.17.2: 4, 5, 8 do equally well; 4 is the tightest
-    #                       bound on the weight of a token sampled up to k=8 versions ago
+    eps_max: float = 4.0  # CISPO truncation of the IS weight. A.17.2: 4, 5 and 8 do equally well; we take the
+    #                       smallest, which bounds the weight of the stalest (up to k-1 versions old) tokens most
     eps_low: float = 0.2  # DAPO clip 1 - eps_low
     eps_high: float = 0.28  # DAPO clip 1 + eps_high
     eps_clip: float = 0.2  # GRPO symmetric clip
@@ -70,7 +70,7 @@ class Config:
     length_penalty: bool = False  # DAPO overlong penalty (Eq. 9) instead of interruptions
     fp32_head: bool = True  # LM head and log-softmax in fp32 on generator and trainer (paper §3.2(c))
     vllm_memory: float = 0.85  # vLLM gpu_memory_utilization on GPU (fraction of GPU memory)
-    vllm_kv_cache_gib: int = 1  # KV cache size on CPU (VLLM_CPU_KVCACHE_SPACE)
+    vllm_kv_cache_gib: int = 1  # KV cache size on CPU, GiB (vLLM's kv_cache_memory_bytes)
 
     # --- optimizer (paper A.3) ---
     lr: float = 5e-7  # AdamW, constant after warm-up
@@ -81,7 +81,7 @@ class Config:
 
     # --- evaluation (paper §2.1: mean@16 on 1,000 held-out prompts every 100 steps) ---
     eval_every: int = 100  # steps; -1 disables (step 0 is always evaluated unless disabled)
-    eval_prompts: int = 1000
+    eval_prompts: int = 1000  # at most this many (all of a smaller validation split unless typed explicitly)
     eval_samples: int = 16
 
     # --- checkpoints and reliability ---
@@ -176,6 +176,7 @@ def parse_args(argv: list[str]) -> Config:
     if values.get("mode") == "sync" and "k" not in given:
         values["k"] = 1  # on-policy by definition
     cfg = Config(**values)
+    cfg.typed = set(given)  # the flags the user typed (not a field: the log records values, not their origin)
     validate(cfg)
     return cfg
 

@@ -212,6 +212,7 @@ def grade_exact(completions: list[str], answers: list[str], thinking: bool) -> l
 
 
 MAX_ANSWER_CHARS = 1000  # a boxed answer longer than this is wrong without being parsed
+WORKER_MEMORY_BYTES = 4 << 30  # address space of one grading worker
 MAX_BOXES = 16  # more \boxed{} than this in one final answer is spam: wrong, and never scanned one by one
 
 
@@ -256,13 +257,15 @@ gold = lru_cache(maxsize=4096)(lambda a: parse("\\boxed{" + a + "}", parsing_tim
                                                extraction_config=[*latex_only, ExprExtractionConfig()]))
 print("ready", flush=True)
 for line in sys.stdin:
+    ok, rid = False, None
     try:
         req = json.loads(line)
+        rid = req["id"]
         pred = parse("\\boxed{" + req["content"] + "}", extraction_config=latex_only, parsing_timeout=None)
         ok = bool(pred) and bool(verify(gold(req["answer"]), pred, timeout_seconds=None))
     except BaseException:
-        ok = False
-    print("1" if ok else "0", flush=True)
+        pass
+    print(f"{rid} {int(ok)}", flush=True)
 """
 
 
@@ -284,8 +287,13 @@ class MathGrader:
     def _spawn(self):
         import subprocess
         import sys
+        import resource
+
+        def limit_memory():  # a sympy blow-up must not take the trainer's memory with it
+            resource.setrlimit(resource.RLIMIT_AS, (WORKER_MEMORY_BYTES, WORKER_MEMORY_BYTES))
         proc = subprocess.Popen([sys.executable, "-c", _WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL, cwd=self.workdir, text=True, bufsize=1)
+                                stderr=subprocess.DEVNULL, cwd=self.workdir, text=True, bufsize=1,
+                                preexec_fn=limit_memory)
         return {"proc": proc, "ready": False}
 
     def _take(self, k: int):
@@ -308,20 +316,30 @@ class MathGrader:
             completion = completion.encode("utf-8", "replace").decode("utf-8")  # lone surrogates become "?"
             content = final_answer(completion, self.thinking)
             if content is not None:
-                todo.append((n, json.dumps({"content": content, "answer": str(answer)})))
+                todo.append((n, json.dumps({"id": n, "content": content, "answer": str(answer)})))
         busy = {}  # worker index -> (item index, deadline)
         while todo or busy:
             for k in range(len(self.workers)):
                 if k not in busy and todo:
                     n, request = todo.pop()
-                    self._take(k).stdin.write(request + "\n")
+                    try:
+                        self._take(k).stdin.write(request + "\n")
+                    except BrokenPipeError:  # it died since it was last seen: a fresh one, and this item again
+                        self.workers[k] = self._spawn()
+                        todo.append((n, request))
+                        continue
                     busy[k] = (n, time.monotonic() + self.timeout_s)
             wait = max(0.0, min(deadline for _, deadline in busy.values()) - time.monotonic())
             readable, _, _ = select.select([self.workers[k]["proc"].stdout for k in busy], [], [], wait)
             for k, (n, deadline) in list(busy.items()):
                 proc = self.workers[k]["proc"]
                 if proc.stdout in readable:
-                    rewards[n] = 1.0 if proc.stdout.readline().strip() == "1" else -1.0
+                    answer_line = proc.stdout.readline().split()
+                    rewards[n] = 1.0 if answer_line == [str(n), "1"] else -1.0  # its own answer, or nothing
+                    if answer_line[:1] != [str(n)]:  # out of step (or dead): never trust this worker again
+                        proc.kill()
+                        proc.wait()
+                        self.workers[k] = self._spawn()
                     del busy[k]
                 elif time.monotonic() >= deadline:  # over its time: incorrect, and a fresh worker
                     proc.kill()
@@ -345,7 +363,9 @@ def math_reward(completion: str, answer: str) -> float:
     """Grade one completion with math-verify against a trusted answer: +1 or -1, within about a second."""
     global _default_grader
     if _default_grader is None:
+        import atexit
         _default_grader = MathGrader()
+        atexit.register(_default_grader.close)
     return _default_grader([completion], [answer])[0]
 
 

@@ -83,9 +83,11 @@ class Sample:
     truncated: bool = False  # hit the final token limit without EOS
     reward: float = 0.0
     correct: bool = False
+    started: int | None = None  # version that sampled the first token, seen while the request still runs
 
-    def first_version(self) -> int:
-        return next((v for v in self.versions if v >= 0), 1 << 62)
+    def first_version(self) -> int | None:
+        """Version of the first sampled token; None while nothing is sampled yet (it will be >= the current)."""
+        return next((v for v in self.versions if v >= 0), self.started)
 
 
 @dataclass
@@ -98,8 +100,10 @@ class Group:
     answer: str
     samples: list[Sample]
 
-    def first_version(self) -> int:
-        return min(s.first_version() for s in self.samples)
+    def first_version(self) -> int | None:
+        """The oldest first token among the samples, None if none has started: what the lag is measured from."""
+        started = [v for v in (s.first_version() for s in self.samples) if v is not None]
+        return min(started) if started else None
 
 
 def seed_of(*key) -> int:
@@ -157,7 +161,9 @@ class Generator:
         self._groups: dict[str, Group] = {}  # uid -> group still generating
         self._pending: dict[str, int] = {}  # uid -> samples not finished yet
         self.finished: list[Group] = []  # done groups not yet taken by anyone
-        self.min_tokens = 0  # bench.py forces completion lengths with this
+        self._seen: dict[str, int] = {}  # request id -> tokens it had at the last step
+        self.tokens_decoded = [0, 0]  # tokens sampled so far for [evaluation, training] requests
+        self.min_tokens = 0  # bench.py and tests force long completions with this (each request at most its budget)
 
     # --- requests ---
     def submit(self, uid: str, prompt_idx: int, prompt_ids: list[int], answer: str, n: int, serial: int = -1):
@@ -170,28 +176,36 @@ class Generator:
     def _add(self, group: Group, i: int, phase: int):
         cfg, s = self.cfg, group.samples[i]
         seed = seed_of(self.cfg.seed, group.uid, i, phase)
-        common = dict(temperature=cfg.temperature, logprobs=0, flat_logprobs=True, detokenize=False, seed=seed,
-                      min_tokens=self.min_tokens)
+        common = dict(temperature=cfg.temperature, logprobs=0, flat_logprobs=True, detokenize=False, seed=seed)
         if not self.use_interruptions:  # one request with the whole budget (L_max of Eq. 9)
-            params = self.SamplingParams(max_tokens=cfg.think_max_tokens + cfg.answer_max_tokens, **common)
+            max_tokens, stop = cfg.think_max_tokens + cfg.answer_max_tokens, None
         elif phase == 0:  # think until </think>, EOS, or this completion's budget
-            budget = random.Random(seed).randint(cfg.think_min_tokens, cfg.think_max_tokens)
-            params = self.SamplingParams(max_tokens=budget, stop_token_ids=[self.think_end_id], **common)
+            max_tokens = random.Random(seed).randint(cfg.think_min_tokens, cfg.think_max_tokens)
+            stop = [self.think_end_id]
         else:
-            params = self.SamplingParams(max_tokens=cfg.answer_max_tokens, **common)
+            max_tokens, stop = cfg.answer_max_tokens, None
+        params = self.SamplingParams(max_tokens=max_tokens, stop_token_ids=stop,
+                                     min_tokens=min(self.min_tokens, max_tokens), **common)
         rid = f"{group.uid}/{i}/{phase}"
         self.engine.add_request(rid, {"prompt_token_ids": group.prompt_ids + s.token_ids}, params)
         self._live[rid] = (group, i, phase)
 
     def step(self) -> int:
         """One engine step; finished completions move to the answer phase or into their group. Returns the
-        number of groups that completed."""
+        number of groups that completed. Running requests report their tokens so far (vLLM labels versions
+        only when a request finishes): the first time one has a token, this version sampled it."""
         done = 0
         for out in self.engine.step():
+            group, i, phase = self._live[out.request_id]
+            s, o = group.samples[i], out.outputs[0]
+            new_tokens = len(o.token_ids) - self._seen.get(out.request_id, 0)
+            self.tokens_decoded[group.serial >= 0] += new_tokens
+            self._seen[out.request_id] = len(o.token_ids)
+            if s.started is None and (o.token_ids or s.token_ids):
+                s.started = self.version
             if not out.finished:
                 continue
-            group, i, phase = self._live.pop(out.request_id)
-            s, o = group.samples[i], out.outputs[0]
+            del self._live[out.request_id], self._seen[out.request_id]
             versions = [-1] * len(o.token_ids)
             for span in o.weight_versions or []:
                 versions[span.start:span.end] = [int(span.version)] * (span.end - span.start)
@@ -199,8 +213,8 @@ class Generator:
             s.logprobs += list(o.logprobs.logprobs) if len(o.token_ids) else []
             s.versions += versions
             s.mask += [1] * len(o.token_ids)
-            ended_eos = o.finish_reason == "stop" and o.stop_reason is None
-            if self.use_interruptions and phase == 0 and not ended_eos:
+            closed = o.finish_reason == "stop" and o.stop_reason == self.think_end_id  # wrote </think> itself
+            if self.use_interruptions and phase == 0 and (closed or o.finish_reason == "length"):
                 if o.finish_reason == "length":  # thinking budget reached: inject the phrase
                     s.interrupted = True
                     s.token_ids += self.phrase_ids
@@ -224,6 +238,7 @@ class Generator:
         self.engine.abort_request(rids)
         for rid in rids:
             del self._live[rid]
+            self._seen.pop(rid, None)
         for uid in uids:
             self._groups.pop(uid, None)
             self._pending.pop(uid, None)
@@ -255,9 +270,10 @@ class Generator:
         self.engine.set_weight_version(str(version))
 
     def update_weights(self, named_tensors):
-        """Load the trainer's weights (HF names, any dtype) into the engine, in memory; the engine's own loaders
-        cast, fuse (qkv, gate_up) and tie them. Unfinished requests keep their KV cache (PipelineRL)."""
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": list(named_tensors),
+        """Load the trainer's weights (HF names, any dtype) into the engine, in memory, one tensor at a time (the
+        engine in this process consumes the iterator: a sharded model is gathered tensor by tensor); the engine's
+        own loaders cast, fuse (qkv, gate_up) and tie them. Unfinished requests keep their KV cache (PipelineRL)."""
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(named_tensors),
                                                            "is_checkpoint_format": True})
         if self.tied_embeddings:
             self.llm.apply_model(_retie_lm_head)
@@ -294,7 +310,6 @@ class Rollouts:
         self.gen, self.sampler, self.grade, self.cfg, self.rank, self.world = gen, sampler, grade, cfg, rank, world
         self.queue: list[Group] = []  # ppo mode: the rest of the k mini-batches
         self.records: list[tuple[int, float]] = []  # (prompt, pass rate) graded since the last take_records()
-        self.stale_restarts = 0
         self.t_grade = 0.0  # seconds spent grading, accumulated (train.py logs it per step)
 
     def pending(self) -> list[tuple[int, int]]:
@@ -333,26 +348,24 @@ class Rollouts:
         if cfg.mode in ("sync", "ppo"):
             batch, self.queue = self.queue[:per_step // self.world], self.queue[per_step // self.world:]
             return batch
-        # pipeline: two batches of prompts in flight; train on the oldest finished groups as soon as a batch's
-        # worth is ready, while the rest keep decoding across the weight update (in-flight update)
-        if not gen.inflight() and not gen.finished:
+        # pipeline: up to two batches of prompts in flight (one when k = 1); train on the oldest finished groups as
+        # soon as a batch's worth is ready, while the rest keep decoding across the weight update (in-flight
+        # update). The lag bound is kept by waiting, as the paper's trainers wait when k steps ahead: a group
+        # whose first token is k - 1 versions old must be in this step's batch, so the step waits for it.
+        need = per_step // self.world
+        if not gen.inflight() and not gen.finished and cfg.k > 1:
             self._submit(per_step)  # the very first step also fills the second batch
         self._submit(per_step)
-        oldest_allowed = gen.version - (cfg.k - 1)
-        for g in gen.inflight() + gen.finished:
-            if g.first_version() < oldest_allowed:  # can never be trained on: start it over at this version
-                gen.abort({g.uid})
-                gen.take({g.uid})
-                gen.submit(f"{g.serial}.{g.uid.count('.') + 1}", g.prompt_idx, g.prompt_ids, g.answer,
-                           cfg.group, g.serial)
-                self.stale_restarts += 1
-        bar = Progress(per_step // self.world, "generate")
-        while len(gen.finished) < per_step // self.world:
+        oldest = gen.version - (cfg.k - 1)  # the oldest version a group trained now may start at
+        due = lambda g: g.first_version() is not None and g.first_version() <= oldest  # noqa: E731
+        bar = Progress(need, "generate")
+        while len(gen.finished) < need or any(due(g) for g in gen.inflight()):
             gen.step()
-            bar.update(min(len(gen.finished), per_step // self.world))
+            bar.update(min(len(gen.finished), need))
         bar.close()
-        ready = sorted(gen.finished, key=lambda g: (g.first_version(), g.serial))[:per_step // self.world]
-        return self._grade(gen.take({g.uid for g in ready}))
+        ready = sorted(gen.finished, key=lambda g: (g.first_version(), g.serial))
+        batch = ready[:max(need, sum(map(due, ready)))]  # (more than a batch only if more than one is due)
+        return self._grade(gen.take({g.uid for g in batch}))
 
 
 def evaluate(gen: Generator, rows: list[dict], cfg, grade, first_index: int = 0, stride: int = 1) -> dict:

@@ -5,7 +5,8 @@
 FP32 LM head (paper §3.2(c)): the master weights are fp32; each decoder layer is an FSDP2 unit that computes in
 the compute dtype (bf16 on GPU), and the root unit (embedding, final norm, LM head, tied or not) computes in fp32
 when fp32_head is set. FSDP2 casts each unit's inputs to its parameter dtype, so the head's matmul and the
-log-softmax run in fp32 on a bf16 body, as vLLM's head_dtype override does on the generator's side.
+log-softmax run in fp32 on a bf16 body. vLLM's head_dtype override does the matmul in fp32 too, from its bf16
+copy of the weights: the two sides still differ by the rounding of the head's weights to bf16.
 """
 import torch
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard

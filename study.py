@@ -11,13 +11,17 @@ an interrupted run resumes from its last checkpoint). Results: logs/study/fits.j
 logs/study/table.md, and study.png.
 """
 import argparse
+import glob
 import json
 import os
+import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
-LOG_DIR = os.path.join("logs", "study")
+LOG_DIR = os.path.join(ROOT, "logs", "study")
+OUT_DIR = os.path.join(ROOT, "out")
 # name -> flags: the ScaleRL default (3 seeds) and one run per reverted choice (paper §6 LOO, Fig. 7), plus NPR
 RUNS = {
     "default-s0": ["--seed", "0"],
@@ -31,6 +35,7 @@ RUNS = {
     "loo-batch": ["--no_zero_var_filter"],  # zero-variance groups kept in the batch
     "loo-lp": ["--length_penalty"],  # DAPO length penalty instead of forced interruptions
     "loo-npr": ["--no_npr"],  # no No-Positive-Resampling (not a LOO row in the paper)
+    "sync": ["--mode", "sync"],  # fully on-policy, generation and training in turn: PipelineRL's baseline (§5.1)
 }
 
 
@@ -43,13 +48,26 @@ def finished(name: str) -> bool:
     return any(r["kind"] == "eval" and r["step"] == config.get("max_steps") for r in records)
 
 
-def run(name: str):
+def run(name: str, core: int | None = None) -> bool:
+    """Run (or resume) one training run; True when it finished. With `core`, the run is pinned to that CPU core
+    (torch and vLLM's OpenMP threads), so that two runs share a 2-core machine without fighting."""
     path = os.path.join(LOG_DIR, f"{name}.jsonl")
     cmd = [sys.executable, "train.py", *RUNS[name], "--run_name", name, "--log_dir", LOG_DIR]
-    if os.path.exists(path) and os.path.isdir(os.path.join("out", name)):
+    if glob.glob(os.path.join(OUT_DIR, name, "ckpt-[0-9]*[0-9]")):
         cmd.append("--resume")
-    print(f"study: {' '.join(cmd[1:])}", flush=True)
-    subprocess.run(cmd, cwd=ROOT, check=True)
+    else:  # killed before its first checkpoint: start over rather than append a second run to the log
+        shutil.rmtree(os.path.join(OUT_DIR, name), ignore_errors=True)
+        if os.path.exists(path):
+            os.remove(path)
+    env = dict(os.environ)
+    if core is not None:
+        env.update(OMP_NUM_THREADS="1", VLLM_CPU_OMP_THREADS_BIND=str(core))
+    print(f"study: {' '.join(cmd[1:])}" + (f" (core {core})" if core is not None else ""), flush=True)
+    with open(os.path.join(LOG_DIR, f"{name}.out"), "a") as out:
+        status = subprocess.run(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT).returncode
+    if status != 0:
+        print(f"study: {name} failed with exit status {status}; see {LOG_DIR}/{name}.out", file=sys.stderr)
+    return status == 0
 
 
 def fit():
@@ -86,14 +104,24 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", default=",".join(RUNS), help="comma-separated names from RUNS (default: all)")
     ap.add_argument("--fit_only", action="store_true", help="skip training; fit the logs that exist")
+    ap.add_argument("--jobs", type=int, default=1, choices=[1, 2],
+                    help="runs at a time; 2 pins each run to its own core (on 2 cores: more runs per hour, and "
+                         "every run sees the same 1-core machine, so their device-hours stay comparable)")
     args = ap.parse_args()
     names = [n for n in args.runs.split(",") if n]
     unknown = [n for n in names if n not in RUNS]
     if unknown:
         print(f"error: unknown runs {unknown}; choose from {', '.join(RUNS)}", file=sys.stderr)
         sys.exit(2)
+    ok = True
     if not args.fit_only:
-        for name in names:
-            if not finished(name):
-                run(name)
+        os.makedirs(LOG_DIR, exist_ok=True)
+        todo = [n for n in names if not finished(n)]
+        if args.jobs == 1:
+            ok = all([run(n) for n in todo])
+        else:  # worker j always uses core j
+            with ThreadPoolExecutor(args.jobs) as pool:
+                lanes = [todo[j::args.jobs] for j in range(args.jobs)]
+                ok = all(pool.map(lambda j: all([run(n, core=j) for n in lanes[j]]), range(args.jobs)))
     fit()
+    sys.exit(0 if ok else 1)

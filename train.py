@@ -105,7 +105,9 @@ if cfg.vllm_max_len(phrase_tokens) > context:
     fail(f"prompt {cfg.prompt_max_tokens} + thinking {cfg.think_max_tokens} + phrase {phrase_tokens} + answer "
          f"{cfg.answer_max_tokens} tokens exceed the model's context of {context}")
 if cfg.eval_every != -1 and cfg.eval_prompts > len(eval_rows):
-    fail(f"--eval_prompts {cfg.eval_prompts} is more than the {len(eval_rows)} validation prompts")
+    if "eval_prompts" in cfg.typed:
+        fail(f"--eval_prompts {cfg.eval_prompts} is more than the {len(eval_rows)} validation prompts")
+    cfg.eval_prompts = len(eval_rows)  # the default asks for "up to 1,000"
 eval_rows = eval_rows[:cfg.eval_prompts][rank::world]  # each rank grades its share
 sampler = data.PromptSampler(train_rows, cfg.seed, cfg.npr, cfg.npr_threshold)  # identical on every rank
 
@@ -176,6 +178,19 @@ print0(f"run {run_name}: log {log_path}, {world} x {device.type}, {cfg.prompts_p
        f"{cfg.batch} completions per step, {cfg.mode} k={cfg.k}, loss {cfg.loss}, start-up {time.time() - t_start:.0f}s")
 
 
+def guarded(work, what: str, step: int):
+    """Run a phase that drives vLLM (or the grader); if it fails (out of memory, a kernel error, a dead grading
+    worker) stop with one line and exit status 4, the log and the checkpoints intact."""
+    try:
+        return work()
+    except Exception as e:
+        msg = f"{what} failed at step {step}: {type(e).__name__}: {str(e)[:300]}"
+        print(f"error (rank {rank}): {msg}. The log {log_path} and the checkpoints in {run_dir} are intact.",
+              file=sys.stderr, flush=True)
+        log({"kind": "error", "step": step, "message": msg})
+        sys.exit(4)
+
+
 loss_eps = {k: getattr(cfg, k) for k in ("eps_max", "eps_low", "eps_high", "eps_clip", "gspo_eps_low", "gspo_eps_high")}
 pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 dummy = [([pad_id], [pad_id])]  # a rank with fewer micro-batches runs this, to keep FSDP's collectives in step
@@ -191,8 +206,11 @@ while True:
     step = state["step"]
     # --- evaluate: mean pass rate on held-out prompts (paper §2.1), at step 0 and every eval_every steps
     if cfg.eval_every != -1 and (step % cfg.eval_every == 0 or step == cfg.max_steps):
-        t0 = time.time()  # gpu_hours was brought up to date at the end of the last step (0.0 before the first)
-        ev = evaluate(gen, eval_rows, cfg, grade, first_index=rank, stride=world)
+        t0, decoded0 = time.time(), list(gen.tokens_decoded)
+        ev = guarded(lambda: evaluate(gen, eval_rows, cfg, grade, first_index=rank, stride=world), "evaluation", step)
+        # in pipeline mode training completions keep decoding during evaluation: that share of the time is training
+        eval_tokens, train_tokens = (now - before for now, before in zip(gen.tokens_decoded, decoded0))
+        state["gpu_hours"] += (time.time() - t0) * train_tokens / max(eval_tokens + train_tokens, 1) * world / 3600
         correct, n_eval, trunc, ntok = all_sum(ev["correct"], ev["samples"], ev["truncated"], ev["completion_tokens"])
         log({"kind": "eval", "step": step, "gpu_hours": state["gpu_hours"], "samples": state["samples"],
              "tokens": state["tokens"], "pass_rate": correct / n_eval, "eval_truncation_rate": trunc / n_eval,
@@ -207,13 +225,7 @@ while True:
     t0, t_grade0 = time.time(), rollouts.t_grade
     if step + 1 == engine_fail_step:
         gen.engine.step = lambda: (_ for _ in ()).throw(RuntimeError("injected engine failure (test)"))
-    try:
-        groups = rollouts.next_batch()
-    except Exception as e:  # the engine failed (out of memory, a kernel error, ...): stop cleanly, lose nothing
-        msg = f"generation failed at step {step + 1}: {type(e).__name__}: {str(e)[:300]}"
-        print0(f"error: {msg}. The log {log_path} and the checkpoints in {run_dir} are intact.")
-        log({"kind": "error", "step": step + 1, "message": msg})
-        sys.exit(4)
+    groups = guarded(rollouts.next_batch, "generation", step + 1)
     t_grade = rollouts.t_grade - t_grade0
     t_generate = time.time() - t0 - t_grade
     samples = [s for g in groups for s in g.samples]
@@ -306,7 +318,8 @@ while True:
     (n_samples, reward_sum, correct_sum, trunc_sum, interrupt_sum, completion_tokens, lag_sum, n_groups,
      zero_var) = all_sum(len(samples), sum(s.reward for s in samples), sum(s.correct for s in samples),
                          sum(s.truncated for s in samples), sum(s.interrupted for s in samples),
-                         sum(len(s.token_ids) for s in samples), sum(lags), len(groups), len(groups) - len(kept))
+                         sum(len(s.token_ids) for s in samples), sum(lags), len(groups),
+                         int((rewards.std(dim=1) == 0).sum()))
     tokens = max(totals["tokens"], 1.0)
     gathered = [None] * world  # the prompts trained on this step and every graded group's pass rate, all ranks
     dist.all_gather_object(gathered, ([(g.serial, g.prompt_idx) for g in groups], rollouts.take_records()))
@@ -317,13 +330,13 @@ while True:
     record = {
         "kind": "train", "step": state["step"], "gpu_hours": state["gpu_hours"], "samples": state["samples"],
         "tokens": state["tokens"], "reward_mean": reward_sum / n_samples, "pass_rate_train": correct_sum / n_samples,
-        "loss": totals["loss"], "lr": lr, "grad_norm": grad_norm, "skipped": not finite,
+        "loss": totals["loss"], "lr": lr, "grad_norm": grad_norm, "skipped": not finite, "updated": finite and n_micro > 0,
         "truncation_rate": trunc_sum / n_samples, "interruption_rate": interrupt_sum / n_samples,
         "completion_tokens_mean": completion_tokens / n_samples, "zero_var_frac": zero_var / n_groups,
         "is_ratio_mean": totals["is_ratio_sum"] / tokens, "is_ratio_max": all_max(is_ratio_max),
         "clip_frac": totals["clipped_tokens"] / tokens, "mismatch": totals["mismatch_sum"] / tokens,
         "entropy": totals["entropy_sum"] / tokens, "lag_mean": lag_sum / n_groups, "lag_max": all_max(max(lags)),
-        "retired_prompts": all_sum(len(sampler.retired))[0], "stale_restarts": all_sum(rollouts.stale_restarts)[0],
+        "retired_prompts": len(sampler.retired),  # the sampler is the same on every rank
         "padding_frac": padding_frac, "padding_frac_unsorted": padding_frac_unsorted,
         "t_generate": t_generate, "t_grade": t_grade, "t_train": t_train, "t_optim": t_optim, "t_sync": t_sync,
         "peak_mem_gib": all_max(torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else
@@ -342,6 +355,7 @@ while True:
 
     # --- rollout dump: what the policy writes, for people to read (prompts, completions, rewards, token lags)
     if cfg.dump_every != -1 and state["step"] % cfg.dump_every == 0:
+        t0 = time.time()
         rows = [{"step": state["step"], "prompt": tokenizer.decode(g.prompt_ids), "answer": g.answer,
                  "completion": smp.text, "reward": smp.reward, "interrupted": smp.interrupted,
                  "truncated": smp.truncated, "token_lag": [trained_version - v if v >= 0 else None for v in smp.versions]}
@@ -352,6 +366,7 @@ while True:
             os.makedirs(os.path.join(run_dir, "rollouts"), exist_ok=True)
             with open(os.path.join(run_dir, "rollouts", f"step_{state['step']:06d}.jsonl"), "w") as f:
                 f.writelines(json.dumps(r) + "\n" for ranked in gathered for r in ranked)
+        t_train_clock += time.time() - t0  # writing for people is not training compute
 
     # --- checkpoint: atomic (temporary folder renamed into place), the newest keep_checkpoints kept
     if cfg.save_every != -1 and state["step"] % cfg.save_every == 0:
@@ -366,4 +381,6 @@ while True:
 print0(f"done: {state['step']} steps, {state['gpu_hours']:.4f} device-hours, log {log_path}")
 if wandb_run is not None:
     wandb_run.finish()
+if hasattr(grade, "close"):
+    grade.close()  # the math-verify workers
 gen.close()  # vLLM's shutdown also tears down the process group

@@ -138,7 +138,8 @@ def test_pipeline_lag_is_bounded_and_updates_land_in_flight(make_generator, toy_
     rollouts = generate.Rollouts(gen, sampler, grade, gen.cfg)
     model = AutoModelForCausalLM.from_pretrained(toy_path, dtype=torch.float32)
     spanning, lags = 0, []
-    for step in range(6):
+    for step in range(8):
+        gen.min_tokens = 40 if step % 3 == 1 else 0  # now and then a batch of long completions: stragglers
         batch = rollouts.next_batch()
         assert len(batch) == gen.cfg.prompts_per_step
         for g in batch:
@@ -153,6 +154,7 @@ def test_pipeline_lag_is_bounded_and_updates_land_in_flight(make_generator, toy_
             for p in model.parameters():
                 p.add_(torch.randn_like(p) * 1e-3)
         gen.update_weights(model.named_parameters())
+    gen.min_tokens = 0
     assert spanning > 0, "no trained completion spans two policy versions: nothing was updated in flight"
     assert max(lags) == k - 1
 
