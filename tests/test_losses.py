@@ -184,3 +184,76 @@ def test_gradient_independent_of_micro_batches(loss, agg):
     split = _step_grad(loss, agg, "batch", 4)
     assert whole.abs().max() > 1e-4  # a real gradient
     assert (whole - split).abs().max() < 1e-6
+
+
+# --- every loss x aggregation x normalization, composed as train.py composes them, against plain arithmetic ---
+# two prompts x three completions of 1-4 tokens; token lists of (log pi_train, log pi_gen, sampled?)
+COMBO_REWARDS = [[1.0, -1.0, -1.0], [1.0, 1.0, -1.0]]
+COMBO_TOKENS = [
+    [(-0.5, -0.7, 1), (-1.0, -1.0, 1), (-2.0, 0.0, 0)],  # last token injected (the interruption phrase)
+    [(-0.1, -2.0, 1)],  # rho = e^1.9 = 6.7: above every clip and above eps_max
+    [(-3.0, -2.5, 1), (-0.2, -0.25, 1)],
+    [(-0.3, -0.3, 1), (-0.4, -0.35, 1), (-0.9, -1.1, 1), (-0.05, -0.04, 1)],
+    [(-1.5, -1.2, 1), (-0.6, -0.6, 0)],
+    [(-0.7, -0.2, 1), (-0.1, -0.1, 1), (-2.2, -2.0, 1)],
+]
+
+
+def _reference(loss, agg, norm):
+    """Value and d/d(log pi_train) of the step's loss from the formulas, one number at a time."""
+    group, prompts = 3, len(COMBO_REWARDS)
+    adv = []
+    for r in COMBO_REWARDS:
+        mean = sum(r) / group
+        std = math.sqrt(sum((x - mean) ** 2 for x in r) / (group - 1))
+        adv.append([(x - mean) / (std + 1e-6) if norm == "prompt" else x - mean for x in r])
+    if norm == "batch":
+        flat = [a for row in adv for a in row]
+        std = math.sqrt(sum(a * a for a in flat) / (len(flat) - 1))
+        adv = [[a / (std + 1e-6) for a in row] for row in adv]
+    n = [sum(m for _, _, m in toks) for toks in COMBO_TOKENS]
+    value, grad = 0.0, []
+    for i, toks in enumerate(COMBO_TOKENS):
+        p, a = divmod(i, group)[0], adv[i // group][i % group]
+        w = {"prompt": 1 / (prompts * sum(n[p * group:(p + 1) * group])),
+             "sample": 1 / (len(COMBO_TOKENS) * n[i]), "token": 1 / sum(n)}[agg]
+        s = math.exp(sum(lp - lg for lp, lg, m in toks if m) / n[i])  # GSPO's sequence ratio
+        for lp, lg, m in toks:
+            rho = math.exp(lp - lg)
+            if not m:
+                grad.append(0.0)
+            elif loss == "cispo":
+                value += -w * min(rho, 4.0) * a * lp
+                grad.append(-w * min(rho, 4.0) * a)
+            elif loss == "gspo":
+                clipped = min(max(s, 1 - 3e-3), 1 + 5e-3) * a
+                value += -w * min(s * a, clipped)
+                grad.append(-w * n[i] * a * s / n[i] if s * a <= clipped else 0.0)  # n_i tokens share s_i
+            else:
+                low, high = (0.8, 1.28) if loss == "dapo" else (0.8, 1.2)
+                clipped = min(max(rho, low), high) * a
+                value += -w * min(rho * a, clipped)
+                grad.append(-w * a * rho if rho * a <= clipped else 0.0)
+    return value, grad
+
+
+@pytest.mark.parametrize("norm", ["batch", "prompt", "none"])
+@pytest.mark.parametrize("agg", ["prompt", "sample", "token"])
+@pytest.mark.parametrize("loss", sorted(losses.LOSSES))
+def test_every_combination_by_hand(loss, agg, norm):
+    group = 3
+    rewards = torch.tensor(COMBO_REWARDS, dtype=torch.float64)
+    adv = losses.advantages(rewards, norm).flatten()
+    lens = torch.tensor([sum(m for _, _, m in toks) for toks in COMBO_TOKENS])
+    per_prompt = lens.view(-1, group).sum(1).repeat_interleave(group)
+    weight = losses.token_weights(agg, lens, per_prompt, len(COMBO_REWARDS), len(COMBO_TOKENS), int(lens.sum()))
+    flat = [(i, *tok) for i, toks in enumerate(COMBO_TOKENS) for tok in toks]
+    logp = torch.tensor([lp for _, lp, _, _ in flat], dtype=torch.float64, requires_grad=True)
+    seq = torch.tensor([i for i, *_ in flat])
+    total, _ = losses.policy_loss(loss, logp, torch.tensor([lg for _, _, lg, _ in flat], dtype=torch.float64),
+                                  adv[seq], weight[seq], torch.tensor([m for *_, m in flat]), seq, **EPS)
+    total.backward()
+    value, grad = _reference(loss, agg, norm)
+    assert total.item() == pytest.approx(value, rel=1e-9, abs=1e-12)
+    assert logp.grad.tolist() == pytest.approx(grad, rel=1e-9, abs=1e-12)
+    assert any(g == 0.0 for g, (_, _, _, m) in zip(grad, flat) if m) == (loss != "cispo")  # something clipped
