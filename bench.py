@@ -1,7 +1,8 @@
 """Where a step's time goes, and how close the loop is to the limit: vLLM alone and the trainer alone.
 
     python bench.py                                    # the toy, sync mode: 12 steps of the real loop, then the limits
-    python bench.py --mode pipeline                    # any train.py flag passes through
+    python bench.py --mode pipeline                    # any train.py flag passes through (in pipeline mode
+                                                       # "generate" is the wait for a batch, not its generation)
     python bench.py --batch 512 --scale_lengths 32,128 # cost against batch size and completion length
 
 1. Runs train.py itself (the real loop) for --steps steps without evaluation or checkpoints and prints, per
