@@ -358,6 +358,10 @@ def print_tables(rows, groups, args):
               + (f" ({refit[1]:.2f} vs {refit[2]:.2f} at A={refit[0]:.3f})" if refit else ""))
     print(f"A margin {args.margin} (paper A.5); * R0 fitted (no x = 0 point); pow A: power-law "
           f"fit's A on the same window (paper A.4; {MAX_POWER_LAW_A:.3f} is its bound)")
+    at_top = [f.name for f, _, _ in rows if f.A > 0.995]
+    if at_top:  # a pass rate cannot exceed 1: the data stop before the plateau, and the ranking rests on B
+        print(f"A at the top of its range (1) for {', '.join(at_top)}: no plateau in the data yet, so A is an "
+              f"upper bound, not a measurement; comparisons with them rest on B and C_mid")
     for g in groups.values():
         print(f"seed group of {g['n_runs']} ({', '.join(g['runs'])}): A mean {g['A_mean']:.3f}, "
               f"std {g['A_std']:.3f}, range {g['A_range']:.3f}")
