@@ -35,7 +35,6 @@ RUNS = {
     "loo-batch": ["--no_zero_var_filter"],  # zero-variance groups kept in the batch
     "loo-lp": ["--length_penalty"],  # DAPO length penalty instead of forced interruptions
     "loo-npr": ["--no_npr"],  # no No-Positive-Resampling (not a LOO row in the paper)
-    "sync": ["--mode", "sync"],  # fully on-policy, generation and training in turn: PipelineRL's baseline (§5.1)
 }
 
 
