@@ -317,7 +317,11 @@ def seed_groups(fits):
     return {key: {"runs": [f.name for f in g], "n_runs": len(g),
                   "A_mean": float(np.mean([f.A for f in g])),
                   "A_std": float(np.std([f.A for f in g], ddof=1)),  # sample std over seeds
-                  "A_range": float(np.ptp([f.A for f in g]))}
+                  "A_range": float(np.ptp([f.A for f in g])),
+                  # B's spread says how large a B difference between recipes must be to mean anything
+                  "B_mean": float(np.mean([f.B for f in g])), "B_std": float(np.std([f.B for f in g], ddof=1)),
+                  "C_mid_mean": float(np.mean([f.C_mid for f in g])),
+                  "C_mid_std": float(np.std([f.C_mid for f in g], ddof=1))}
             for key, g in groups.items() if len(g) >= 2}
 
 
@@ -329,6 +333,7 @@ def extrapolation(f):
 
 
 def print_json(rows, groups, args):
+    A_common = float(np.mean([f.A for f, _, _ in rows]))
     for f, verdict, refit in rows:
         print(json.dumps({
             "file": f.file, "run": f.name, "A": f.A, "B": f.B, "C_mid": f.C_mid, "R0": f.R0,
@@ -338,7 +343,9 @@ def print_json(rows, groups, args):
             "ci_level": args.ci, "A_ci": f.ci.get("A"), "B_ci": f.ci.get("B"),
             "C_mid_ci": f.ci.get("C_mid"), "power_law_A": f.power_law_A, "verdict": verdict,
             "refit": refit and {"A_avg": refit[0], "B": refit[1], "B_best": refit[2]},
-            "seed_group": groups.get(f.group), "extrapolation": extrapolation(f)}))
+            "seed_group": groups.get(f.group), "extrapolation": extrapolation(f),
+            # every run refitted at the mean A of all runs: the paper's LOO slope comparison (§4, Fig. 7)
+            "A_common": A_common, "B_at_A_common": refit_B(f, A_common) if len(rows) > 1 else f.B}))
 
 
 def fmt(v):
@@ -364,7 +371,8 @@ def print_tables(rows, groups, args):
               f"upper bound, not a measurement; comparisons with them rest on B and C_mid")
     for g in groups.values():
         print(f"seed group of {g['n_runs']} ({', '.join(g['runs'])}): A mean {g['A_mean']:.3f}, "
-              f"std {g['A_std']:.3f}, range {g['A_range']:.3f}")
+              f"std {g['A_std']:.3f}, range {g['A_range']:.3f}; B mean {g['B_mean']:.2f}, std {g['B_std']:.2f}; "
+              f"C_mid mean {fmt(g['C_mid_mean'])}, std {fmt(g['C_mid_std'])}")
     for f, _, _ in rows:
         xf = f.x[f.in_fit]
         print(f"\n{f.name} ({f.file}): fit on {args.x} in [{fmt(xf.min())}, {fmt(xf.max())}]"
@@ -388,7 +396,7 @@ def plot(fits, path, x_key):
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(9, 5.5))
     for i, f in enumerate(fits):
-        color, params = f"C{i % 10}", (f.A, f.B, f.C_mid, f.R0)
+        color, params = plt.get_cmap("tab10" if len(fits) <= 10 else "tab20")(i % 20), (f.A, f.B, f.C_mid, f.R0)
         other = ~f.in_fit & (f.x > 0)
         ax.scatter(f.x[f.in_fit], f.y[f.in_fit], s=14, color=color, marker="o")
         ax.scatter(f.x[other], f.y[other], s=18, color=color, marker="x")

@@ -69,31 +69,55 @@ def run(name: str, core: int | None = None) -> bool:
     return status == 0
 
 
-def fit():
-    """fit_curve over every log: the full fit (A, B, C_mid with bootstrap CIs, seed spread, comparison) and the
-    fit on the first half of each run's compute, checked against the second half."""
-    logs = [os.path.join(LOG_DIR, f"{name}.jsonl") for name in RUNS if os.path.exists(os.path.join(LOG_DIR, f"{name}.jsonl"))]
-    fc = [sys.executable, "fit_curve.py", *logs]
-    full = subprocess.run(fc + ["--plot", "study.png"], cwd=ROOT, capture_output=True, text=True)
-    print(full.stdout + full.stderr)
-    half = subprocess.run(fc + ["--fit-fraction", "0.5", "--bootstrap", "0"], cwd=ROOT, capture_output=True, text=True)
-    print(half.stdout + half.stderr)
-    rows = [json.loads(line) for line in subprocess.run(fc + ["--json"], cwd=ROOT, capture_output=True,
-                                                        text=True).stdout.splitlines()]
-    halves = {json.loads(line)["run"]: json.loads(line) for line in subprocess.run(
-        fc + ["--json", "--fit-fraction", "0.5", "--bootstrap", "0"], cwd=ROOT, capture_output=True, text=True).stdout.splitlines()}
+def fit(margin: float = 0.02):
+    """fit_curve over every log: the full fit (A, B, C_mid with bootstrap CIs, seed spread) and the fit on the
+    first half of each run's compute checked against the second half (the figure, like the paper's Fig. 2).
+    Each leave-one-out row is then classified against the default's 3 seeds as the paper does (§4): A above or
+    below their mean by more than the margin, else the same A and the slope B at a common A decides."""
+    logs = [os.path.join(LOG_DIR, f"{n}.jsonl") for n in RUNS if os.path.exists(os.path.join(LOG_DIR, f"{n}.jsonl"))]
+    fc = [sys.executable, "fit_curve.py", *logs, "--margin", str(margin)]
+    show = lambda extra: print((lambda p: p.stdout + p.stderr)(  # noqa: E731
+        subprocess.run(fc + extra, cwd=ROOT, capture_output=True, text=True)))
+    show([])
+    show(["--fit-fraction", "0.5", "--bootstrap", "0", "--plot", os.path.join(ROOT, "study.png")])
+    as_json = lambda extra: [json.loads(line) for line in subprocess.run(  # noqa: E731
+        fc + ["--json", *extra], cwd=ROOT, capture_output=True, text=True).stdout.splitlines()]
+    rows = as_json([])
+    halves = {r["run"]: r for r in as_json(["--fit-fraction", "0.5", "--bootstrap", "0"])}
     with open(os.path.join(LOG_DIR, "fits.jsonl"), "w") as f:
         f.writelines(json.dumps(r) + "\n" for r in rows)
-    lines = ["| run | flags | A | A 95% CI | B | C_mid (device-h) | R² | verdict vs best | final pass rate | "
-             "predicted from first half | error |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    default = [r for r in rows if r["run"].startswith("default-")]
+    A_def = sum(r["A"] for r in default) / max(len(default), 1)
+    B_seeds, C_seeds = [r["B_at_A_common"] for r in default], [r["C_mid"] for r in default]
+
+    def verdict(r):
+        if r["run"].startswith("default-") or not default:
+            return "ScaleRL (default)"
+        if r["A"] > A_def + margin:
+            return "higher A"
+        if r["A"] < A_def - margin:
+            return "lower A"
+        return "same A; " + against("B", r["B_at_A_common"], B_seeds, +1) + "; " + \
+            against("C_mid", r["C_mid"], C_seeds, -1)
+
+    def against(name, value, seeds, sign):  # sign +1: higher is better (B); -1: lower is better (C_mid)
+        if min(seeds) <= value <= max(seeds):
+            return f"{name} within the seeds' range"
+        return f"{name} " + ("better" if sign * (value - sum(seeds) / len(seeds)) > 0 else "worse")
+
+    lines = ["| run | flags | A | A 95% CI | B at common A | C_mid (device-h) | R² | verdict vs ScaleRL | final pass "
+             "rate | predicted from first half | error |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        extra = halves.get(r["run"], {}).get("extrapolation") or [{}]
-        last = extra[-1]
+        last = (halves.get(r["run"], {}).get("extrapolation") or [{}])[-1]
         ci = r.get("A_ci") or [float("nan")] * 2
         lines.append(f"| {r['run']} | `{' '.join(RUNS.get(r['run'], []))}` | {r['A']:.3f} | [{ci[0]:.3f}, {ci[1]:.3f}] | "
-                     f"{r['B']:.2f} | {r['C_mid']:.3g} | {r['r2']:.3f} | {r['verdict']} | "
+                     f"{r['B_at_A_common']:.2f} | {r['C_mid']:.3g} | {r['r2']:.3f} | {verdict(r)} | "
                      f"{last.get('actual', float('nan')):.3f} | {last.get('predicted', float('nan')):.3f} | "
                      f"{last.get('error', float('nan')):+.3f} |")
+    lines.append(f"\nCommon A (mean over all runs) {rows[0]['A_common']:.3f}; default seeds: A mean {A_def:.3f}, "
+                 f"B at common A {', '.join(f'{b:.2f}' for b in B_seeds)}, C_mid "
+                 f"{', '.join(f'{c:.3g}' for c in C_seeds)}; margin {margin}. Verdicts: A beyond the margin first, "
+                 f"then B (higher is better) and C_mid (lower is better) against the range of the default's seeds.")
     with open(os.path.join(LOG_DIR, "table.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
