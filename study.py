@@ -82,7 +82,7 @@ def fit(margin: float = 0.02):
     show(["--fit-fraction", "0.5", "--bootstrap", "0", "--plot", os.path.join(ROOT, "study.png")])
     as_json = lambda extra: [json.loads(line) for line in subprocess.run(  # noqa: E731
         fc + ["--json", *extra], cwd=ROOT, capture_output=True, text=True).stdout.splitlines()]
-    rows = as_json([])
+    rows = sorted(as_json([]), key=lambda r: list(RUNS).index(r["run"]) if r["run"] in RUNS else len(RUNS))
     halves = {r["run"]: r for r in as_json(["--fit-fraction", "0.5", "--bootstrap", "0"])}
     with open(os.path.join(LOG_DIR, "fits.jsonl"), "w") as f:
         f.writelines(json.dumps(r) + "\n" for r in rows)
