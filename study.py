@@ -7,7 +7,7 @@ the CPU toy, then sigmoid fits, the A/B comparison and the fit-on-half extrapola
 
 Each run is `python train.py <flags> --run_name <name> --log_dir logs/study` with the toy's defaults; a run
 whose log already holds its final evaluation is not run again (kill the script at any time and start it again;
-an interrupted run resumes from its last checkpoint). Results: logs/study/fits.jsonl (fit_curve --json),
+an interrupted run resumes from its last checkpoint). Results: logs/study/fits.json (fit_curve --json),
 logs/study/table.md, and study.png.
 """
 import argparse
@@ -84,8 +84,8 @@ def fit(margin: float = 0.02):
         fc + ["--json", *extra], cwd=ROOT, capture_output=True, text=True).stdout.splitlines()]
     rows = sorted(as_json([]), key=lambda r: list(RUNS).index(r["run"]) if r["run"] in RUNS else len(RUNS))
     halves = {r["run"]: r for r in as_json(["--fit-fraction", "0.5", "--bootstrap", "0"])}
-    with open(os.path.join(LOG_DIR, "fits.jsonl"), "w") as f:
-        f.writelines(json.dumps(r) + "\n" for r in rows)
+    with open(os.path.join(LOG_DIR, "fits.json"), "w") as f:  # not .jsonl: `fit_curve.py logs/study/*.jsonl`
+        json.dump(rows, f, indent=1)
     default = [r for r in rows if r["run"].startswith("default-")]
     A_def = sum(r["A"] for r in default) / max(len(default), 1)
     B_seeds, C_seeds = [r["B_at_A_common"] for r in default], [r["C_mid"] for r in default]
