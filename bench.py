@@ -11,8 +11,9 @@
    CPU, allocated on GPU) and the padding fraction of the training micro-batches (length-sorted buckets, and
    what arrival order would give).
 2. Then, in this process, the limits on the same prompts and group size: vLLM alone generating a batch, and
-   the trainer alone doing forward/backward/AdamW on those completions; overhead = 1 - (generate_alone +
-   train_alone) / step. With --scale_lengths, the same two limits with completions forced to each length.
+   the trainer alone doing forward/backward/AdamW on those completions (zero-variance groups dropped, as the
+   loop does); overhead = 1 - (generate_alone + train_alone) / step. With --scale_lengths, the same two
+   limits with completions forced to each length.
 On CPU it also reports torch's thread count beside vLLM's engine and the trainer's time on 1 thread.
 """
 import argparse
@@ -67,7 +68,7 @@ def limits(flags: list[str], repeats: int, lengths: list[int]) -> dict:
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo", store=dist.HashStore(), rank=0, world_size=1)
     path = data.build_toy_model(cfg.out_dir) if cfg.model == "toy" else cfg.model
     tokenizer = AutoTokenizer.from_pretrained(path)
-    train_rows, _, _ = data.load_task(cfg, tokenizer)
+    train_rows, _, grade = data.load_task(cfg, tokenizer)
     if lengths:  # room in the engine's context for the longest forced completion
         cfg.think_max_tokens = max(cfg.think_max_tokens, max(lengths))
     gen = Generator(cfg, path, tokenizer, device.type)
@@ -88,7 +89,7 @@ def limits(flags: list[str], repeats: int, lengths: list[int]) -> dict:
         gen.use_interruptions, gen.min_tokens = cfg.interruptions and not cfg.length_penalty, length or 0
         uids = set()
         for idx, serial in sampler.draw(cfg.prompts_per_step):
-            gen.submit(f"bench{serial}", idx, train_rows[idx]["prompt_ids"], "", cfg.group, serial)
+            gen.submit(f"bench{serial}", idx, train_rows[idx]["prompt_ids"], train_rows[idx]["answer"], cfg.group, serial)
             uids.add(f"bench{serial}")
         t0 = time.time()
         groups = gen.run_until_done(uids, "bench")
@@ -114,19 +115,27 @@ def limits(flags: list[str], repeats: int, lengths: list[int]) -> dict:
         optimizer.zero_grad(set_to_none=True)
         return time.time() - t0
 
+    def trained(groups):
+        """The groups the loop would train on: zero-variance groups are dropped (paper §3.2), so the trainer's
+        limit must drop them too or it times more tokens than the loop trains."""
+        if not cfg.zero_var_filter:
+            return groups
+        rewards = [grade([s.text for s in g.samples], [g.answer] * len(g.samples)) for g in groups]
+        return [g for g, r in zip(groups, rewards) if len(set(r)) > 1] or groups
+
     out = {"torch_threads": threads}
     for length in [None] + lengths:
         gen_t, train_t = [], []
         for _ in range(repeats):
             t, groups = generate(length)
             gen_t.append(t)
-            train_t.append(train(groups))
+            train_t.append(train(trained(groups) if length is None else groups))
         tokens = statistics.mean(len(s.token_ids) for g in groups for s in g.samples)
         out[length or "run"] = {"generate": statistics.median(gen_t), "train": statistics.median(train_t), "tokens": tokens}
     if device.type == "cpu":  # the trainer on one thread, as vLLM's CPU backend can leave it
         torch._C.set_num_threads(1)
         _, groups = generate(None)
-        out["train_1_thread"] = statistics.median(train(groups) for _ in range(2))
+        out["train_1_thread"] = statistics.median(train(trained(groups)) for _ in range(2))
         torch._C.set_num_threads(threads)
     gen.close()
     return out
