@@ -120,8 +120,9 @@ def limits(flags: list[str], repeats: int, lengths: list[int]) -> dict:
         limit must drop them too or it times more tokens than the loop trains."""
         if not cfg.zero_var_filter:
             return groups
-        rewards = [grade([s.text for s in g.samples], [g.answer] * len(g.samples)) for g in groups]
-        return [g for g, r in zip(groups, rewards) if len(set(r)) > 1] or groups
+        rewards = grade([s.text for g in groups for s in g.samples], [g.answer for g in groups for _ in g.samples])
+        zero_var = losses.zero_variance(torch.tensor(rewards, dtype=torch.float64).view(len(groups), -1))
+        return [g for g, z in zip(groups, zero_var.tolist()) if not z] or groups
 
     out = {"torch_threads": threads}
     for length in [None] + lengths:

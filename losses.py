@@ -38,6 +38,12 @@ def advantages(rewards: torch.Tensor, norm: str, batch_sq_sum: float | None = No
     return centered / ((batch_sq_sum / max(batch_count - 1, 1)) ** 0.5 + eps)
 
 
+def zero_variance(rewards: torch.Tensor) -> torch.Tensor:
+    """rewards (P, G) -> (P,) True where a group's G rewards are all equal: every advantage is 0, so the group
+    carries no learning signal (zero-variance filtering, paper §3.2(e))."""
+    return rewards.std(dim=1) == 0
+
+
 def token_weights(agg: str, num_tokens: torch.Tensor, prompt_tokens: torch.Tensor, num_prompts: int,
                   num_completions: int, total_tokens: int) -> torch.Tensor:
     """Per-completion weight of each of its tokens; the loss is sum_t weight * loss_t.

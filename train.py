@@ -234,7 +234,8 @@ while True:
 
     # --- advantages, zero-variance filtering (paper §3.2(e)): drop groups whose G rewards are all equal
     rewards = torch.tensor([[s.reward for s in g.samples] for g in groups], dtype=torch.float64)  # (P, G)
-    keep = rewards.std(dim=1) > 0 if cfg.zero_var_filter else torch.ones(len(groups), dtype=torch.bool)
+    zero_var_groups = losses.zero_variance(rewards)  # (P,) bool
+    keep = ~zero_var_groups if cfg.zero_var_filter else torch.ones(len(groups), dtype=torch.bool)
     kept = [g for g, k in zip(groups, keep.tolist()) if k]
     centered = rewards[keep] - rewards[keep].mean(dim=1, keepdim=True)
     n_prompts, n_completions, n_tokens, sq_sum = all_sum(
@@ -319,7 +320,7 @@ while True:
      zero_var) = all_sum(len(samples), sum(s.reward for s in samples), sum(s.correct for s in samples),
                          sum(s.truncated for s in samples), sum(s.interrupted for s in samples),
                          sum(len(s.token_ids) for s in samples), sum(lags), len(groups),
-                         int((rewards.std(dim=1) == 0).sum()))
+                         int(zero_var_groups.sum()))
     tokens = max(totals["tokens"], 1.0)
     gathered = [None] * world  # the prompts trained on this step and every graded group's pass rate, all ranks
     dist.all_gather_object(gathered, ([(g.serial, g.prompt_idx) for g in groups], rollouts.take_records()))
