@@ -53,76 +53,59 @@ def loop(flags: list[str], steps: int, skip: int) -> dict:
 
 
 def limits(flags: list[str], repeats: int, lengths: list[int]) -> dict:
-    """vLLM alone and the trainer alone, in this process, on batches of the run's own prompts."""
+    """vLLM alone and the trainer alone, in this process, on batches of the run's own prompts. The trainer
+    alone runs the functions train.py runs (policy.effective_batch, micro_batches, backward, optimizer_step)."""
+    import dataclasses
+
     import torch
     import torch.distributed as dist
 
     import config as config_mod
     import data
-    import losses
     import policy
+    import toy
     from generate import Generator
+    from rollouts import PromptSampler, grade_groups
     from transformers import AutoTokenizer
     cfg = config_mod.parse_args(flags)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo", store=dist.HashStore(), rank=0, world_size=1)
-    path = data.build_toy_model(cfg.out_dir) if cfg.model == "toy" else cfg.model
+    path = toy.build_toy_model(cfg.out_dir) if cfg.model == "toy" else cfg.model
     tokenizer = AutoTokenizer.from_pretrained(path)
     train_rows, _, grade = data.load_task(cfg, tokenizer)
-    if lengths:  # room in the engine's context for the longest forced completion
-        cfg.think_max_tokens = max(cfg.think_max_tokens, max(lengths))
-    gen = Generator(cfg, path, tokenizer, device.type)
-    cfg.think_max_tokens = config_mod.parse_args(flags).think_max_tokens
+    # room in the engine's context for the longest forced completion
+    gen = Generator(dataclasses.replace(cfg, think_max_tokens=max([cfg.think_max_tokens, *lengths])), path, tokenizer,
+                    device.type, prefix_caching=True)
     threads = torch.get_num_threads()
-    dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32}.get(cfg.dtype, torch.float32 if device.type == "cpu"
-                                                                       else torch.bfloat16)
-    model = policy.build(path, device, dtype, cfg.fp32_head)
+    model = policy.build(path, device, getattr(torch, cfg.dtype), cfg.fp32_head)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, eps=cfg.adam_eps, weight_decay=cfg.weight_decay)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    sampler = data.PromptSampler(train_rows, cfg.seed, npr=False, npr_threshold=1.0)
-
-    budgets = (cfg.interruptions, cfg.think_max_tokens, cfg.answer_max_tokens)
+    sampler = PromptSampler(train_rows, cfg.seed, npr=False, npr_threshold=1.0)
 
     def generate(length: int | None):
-        """One batch of the run's prompts; with a length, every completion is forced to exactly that many tokens."""
-        cfg.interruptions, cfg.think_max_tokens, cfg.answer_max_tokens = (False, length, 0) if length else budgets
-        gen.use_interruptions, gen.min_tokens = cfg.interruptions and not cfg.length_penalty, length or 0
+        """One batch of the run's prompts, graded; with a length, every completion is forced to exactly that
+        many tokens (no interruptions)."""
+        gen.cfg = dataclasses.replace(cfg, interruptions=False, think_max_tokens=length, answer_max_tokens=0) \
+            if length else cfg
+        gen.min_tokens = length or 0
         uids = set()
         for idx, serial in sampler.draw(cfg.prompts_per_step):
             gen.submit(f"bench{serial}", idx, train_rows[idx]["prompt_ids"], train_rows[idx]["answer"], cfg.group, serial)
             uids.add(f"bench{serial}")
         t0 = time.time()
         groups = gen.run_until_done(uids, "bench")
-        return time.time() - t0, groups
+        return time.time() - t0, grade_groups(groups, grade, cfg)
 
-    def train(groups):
-        items = [(g.prompt_ids, s) for g in groups for s in g.samples]
+    def train(groups, zero_var_filter: bool):
+        """The loop's training phase on these groups (world of one: the reductions are the identity).
+        Forced-length batches keep every group (their rewards say nothing)."""
+        run_cfg = dataclasses.replace(cfg, zero_var_filter=zero_var_filter)
         t0 = time.time()
-        micro, _, _ = policy.buckets(items, cfg.micro_batch_tokens, length=lambda it: len(it[0]) + len(it[1].token_ids))
-        weight = 1.0 / sum(len(s.token_ids) for _, s in items)
-        for mb in micro:
-            logp, _ = policy.completion_logprobs(model, [(p, s.token_ids) for p, s in mb], cfg.temperature, pad_id)
-            n = logp.numel()
-            loss, _ = losses.policy_loss(cfg.loss, logp, torch.cat([torch.tensor(s.logprobs) for _, s in mb]).to(device),
-                                         torch.ones(n, device=device), torch.full((n,), weight, device=device),
-                                         torch.ones(n, device=device),
-                                         torch.cat([torch.full((len(s.token_ids),), i) for i, (_, s) in enumerate(mb)]).to(device),
-                                         **{k: getattr(cfg, k) for k in ("eps_max", "eps_low", "eps_high", "eps_clip",
-                                                                         "gspo_eps_low", "gspo_eps_high")})
-            loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        kept, adv, _, totals = policy.effective_batch(groups, run_cfg, lambda values: values)
+        micro, _, _ = policy.micro_batches(kept, adv, run_cfg, totals, device)
+        sums = policy.backward(model, micro, run_cfg, len(micro), 1, pad_id)
+        policy.optimizer_step(model, optimizer, cfg.lr, cfg.grad_clip, sums["loss"], has_gradient=bool(micro))
         return time.time() - t0
-
-    def trained(groups):
-        """The groups the loop would train on: zero-variance groups are dropped (paper §3.2), so the trainer's
-        limit must drop them too or it times more tokens than the loop trains."""
-        if not cfg.zero_var_filter:
-            return groups
-        rewards = grade([s.text for g in groups for s in g.samples], [g.answer for g in groups for _ in g.samples])
-        zero_var = losses.zero_variance(torch.tensor(rewards, dtype=torch.float64).view(len(groups), -1))
-        return [g for g, z in zip(groups, zero_var.tolist()) if not z] or groups
 
     out = {"torch_threads": threads}
     for length in [None] + lengths:
@@ -130,13 +113,13 @@ def limits(flags: list[str], repeats: int, lengths: list[int]) -> dict:
         for _ in range(repeats):
             t, groups = generate(length)
             gen_t.append(t)
-            train_t.append(train(trained(groups) if length is None else groups))
+            train_t.append(train(groups, cfg.zero_var_filter and length is None))
         tokens = statistics.mean(len(s.token_ids) for g in groups for s in g.samples)
         out[length or "run"] = {"generate": statistics.median(gen_t), "train": statistics.median(train_t), "tokens": tokens}
     if device.type == "cpu":  # the trainer on one thread, as vLLM's CPU backend can leave it
         torch._C.set_num_threads(1)
         _, groups = generate(None)
-        out["train_1_thread"] = statistics.median(train(trained(groups)) for _ in range(2))
+        out["train_1_thread"] = statistics.median(train(groups, cfg.zero_var_filter) for _ in range(2))
         torch._C.set_num_threads(threads)
     gen.close()
     return out

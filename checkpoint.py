@@ -25,7 +25,7 @@ def model_dir(run_dir: str, step: int) -> str:
     return os.path.join(run_dir, f"ckpt-{step:06d}")
 
 
-def save(run_dir: str, state: dict, model, optimizer, sampler_state: dict, tokenizer, cfg):
+def save(run_dir: str, state: dict, model, optimizer, sampler_state: dict, tokenizer, run_name: str, keep: int):
     """Collective: every rank calls it. Rank 0 writes. Nothing in it depends on the number of ranks, so a run
     may resume on a different number of devices."""
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -47,7 +47,7 @@ def save(run_dir: str, state: dict, model, optimizer, sampler_state: dict, token
         torch.save(optim_sd, os.path.join(tmp, "optimizer.pt"))
         torch.save(rngs, os.path.join(tmp, "rng.pt"))
         with open(os.path.join(tmp, "state.json"), "w") as f:
-            json.dump({"counters": state, "world_size": world, "sampler": sampler_state, "run_name": cfg.run_name}, f)
+            json.dump({"counters": state, "world_size": world, "sampler": sampler_state, "run_name": run_name}, f)
         sizes = {name: os.path.getsize(os.path.join(tmp, name)) for name in sorted(os.listdir(tmp))}
         with open(os.path.join(tmp, "manifest.json"), "w") as f:
             json.dump(sizes, f)
@@ -59,7 +59,7 @@ def save(run_dir: str, state: dict, model, optimizer, sampler_state: dict, token
         dir_fd = os.open(run_dir, os.O_RDONLY)  # the rename itself on disk too
         os.fsync(dir_fd)
         os.close(dir_fd)
-        for old in sorted(glob.glob(os.path.join(run_dir, "ckpt-[0-9]*[0-9]")))[:-cfg.keep_checkpoints]:
+        for old in sorted(glob.glob(os.path.join(run_dir, "ckpt-[0-9]*[0-9]")))[:-keep]:
             shutil.rmtree(old, ignore_errors=True)
     dist.barrier()
 

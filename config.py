@@ -1,34 +1,44 @@
 """Every knob of a run, in one typed dataclass, with the paper's value beside it.
 
+    python train.py --help                            # every flag, its default and the comment below
     python train.py --loss cispo --batch 768          # flags as users type them
-    python train.py --loss=dapo --no_fp32_head        # --key=value, --flag / --no_flag
+    python train.py --loss=dapo --no_fp32_head        # --key=value, --flag / --no_flag, dashes or underscores
     python train.py --dry_run                         # print the resolved config and exit 0
 
 Defaults are the ScaleRL recipe (paper §2, §4, A.3). The toy run (`--model toy`, the default) overrides
-only what its scale needs, in TOY below; anything typed on the command line wins over both.
+only what its scale needs, in TOY below; anything typed on the command line wins over both. The comment
+beside each field is its --help text. The choices of --loss and --mode are their registries
+(losses.LOSSES, rollouts.SCHEDULES): a fork adds a loss or a schedule there and nowhere else.
 """
+import argparse
 import dataclasses
+import inspect
 import json
 import math
 import os
+import re
 import sys
 import typing
 from dataclasses import dataclass
 from typing import Literal
 
+import losses
+import rollouts
 
-@dataclass
+
+@dataclass(frozen=True)
 class Config:
+    """The resolved run: built once by parse_args and never changed after validation (frozen)."""
     # --- run ---
-    model: str = "toy"  # "toy" (built and cached by data.py) or any HF causal LM name/path
+    model: str = "toy"  # "toy" (built and cached by toy.py) or any HF causal LM name/path
     dataset: str = "toy"  # toy | polaris | deepscaler | gsm8k | math | path/to/file.jsonl|.parquet
     eval_dataset: str = ""  # "" = 1,000 held out of --dataset (paper §2.1) or its named eval set; math500 | aime24 | gsm8k_test | a file
-    reward: Literal["math", "exact"] = "math"  # math-verify on the last \\boxed{}; or the answer's first line verbatim
+    reward: Literal["math", "exact"] = "math"  # math-verify on the last \boxed{}; or the answer's first line verbatim
     run_name: str = ""  # "" = <mode>-<loss>-s<seed>-<time>; names logs/<run_name>.jsonl and out_dir/<run_name>/
-    seed: int = 0
+    seed: int = 0  # sampling, data order and the trainer's RNG
     out_dir: str = "out"  # checkpoints, toy model cache, rollout dumps
     log_dir: str = "logs"  # one JSON-lines log per run: the input of fit_curve.py
-    dtype: Literal["auto", "bfloat16", "float32"] = "auto"  # auto = bfloat16 on GPU, float32 on CPU
+    dtype: Literal["auto", "bfloat16", "float32"] = "auto"  # compute dtype of the body; auto = bfloat16 on GPU, float32 on CPU
     dry_run: bool = False  # validate, print the resolved config, exit 0 without loading anything
     resume: bool = False  # continue out_dir/<run_name> from its newest complete checkpoint
     wandb: bool = False  # also log to Weights & Biases (the jsonl log stays the source of truth)
@@ -39,19 +49,19 @@ class Config:
     micro_batch_tokens: int = 16384  # per forward/backward: rows x longest row, padding included (memory knob)
 
     # --- off-policy setup (paper §3.1) ---
-    mode: Literal["pipeline", "ppo", "sync"] = "pipeline"  # PipelineRL-k | PPO-off-policy-k | on-policy
+    mode: str = "pipeline"  # rollouts.SCHEDULES: pipeline = PipelineRL-k, ppo = PPO-off-policy-k, sync = on-policy
     k: int = 8  # trained completions come from at most k consecutive policy versions (k=1 is on-policy)
     max_steps: int = 7400  # optimizer steps (the paper's 8B run: 7,400)
 
     # --- loss (paper §3.2, Eq. 4, A.17) ---
-    loss: Literal["cispo", "dapo", "gspo", "grpo"] = "cispo"
+    loss: str = "cispo"  # losses.LOSSES: cispo (Eq. 4), dapo (Eq. 8), gspo, grpo (Eq. 7)
     eps_max: float = 4.0  # CISPO truncation of the IS weight. A.17.2: 4, 5 and 8 do equally well; we take the
     #                       smallest, which bounds the weight of the stalest (up to k-1 versions old) tokens most
     eps_low: float = 0.2  # DAPO clip 1 - eps_low
     eps_high: float = 0.28  # DAPO clip 1 + eps_high
     eps_clip: float = 0.2  # GRPO symmetric clip
     gspo_eps_low: float = 3e-3  # GSPO sequence-ratio clip; paper A.17.3 best: 3e-3 low / 5e-3 high
-    gspo_eps_high: float = 5e-3
+    gspo_eps_high: float = 5e-3  # GSPO upper clip (see gspo_eps_low)
     loss_agg: Literal["prompt", "sample", "token"] = "prompt"  # paper §3.2(a): prompt average
     adv_norm: Literal["batch", "prompt", "none"] = "batch"  # paper §3.2(b): batch-level std
     zero_var_filter: bool = True  # drop groups whose G rewards are equal (paper §3.2(e), effective batch)
@@ -64,10 +74,10 @@ class Config:
     temperature: float = 1.0  # sampling temperature (no top-p/top-k: they would bias pi_gen)
     prompt_max_tokens: int = 2048  # longer prompts are dropped from the dataset
     think_min_tokens: int = 10240  # interruption point drawn uniformly in [think_min, think_max] per completion
-    think_max_tokens: int = 12288
+    think_max_tokens: int = 12288  # upper end of that range; with --no_interruptions, thinking + answer share think_max + answer_max
     answer_max_tokens: int = 2048  # budget after </think> (natural or forced)
     interruptions: bool = True  # forced "time is up" phrase at the thinking budget
-    length_penalty: bool = False  # DAPO overlong penalty (Eq. 9) instead of interruptions
+    length_penalty: bool = False  # DAPO overlong penalty (Eq. 9) instead of interruptions (turns them off)
     fp32_head: bool = True  # LM head and log-softmax in fp32 on generator and trainer (paper §3.2(c))
     vllm_memory: float = 0.85  # vLLM gpu_memory_utilization on GPU (fraction of GPU memory)
     vllm_kv_cache_gib: int = 1  # KV cache size on CPU, GiB (vLLM's kv_cache_memory_bytes)
@@ -76,17 +86,17 @@ class Config:
     lr: float = 5e-7  # AdamW, constant after warm-up
     warmup_steps: int = 100  # linear warm-up
     adam_eps: float = 1e-15  # paper: small eps avoids the epsilon underflow of Wortsman et al. 2023
-    weight_decay: float = 0.01
+    weight_decay: float = 0.01  # AdamW decoupled weight decay
     grad_clip: float = 1.0  # max global grad norm; the paper does not state one; <= 0 disables
 
     # --- evaluation (paper §2.1: mean@16 on 1,000 held-out prompts every 100 steps) ---
     eval_every: int = 100  # steps; -1 disables (step 0 is always evaluated unless disabled)
     eval_prompts: int = 1000  # at most this many (all of a smaller validation split unless typed explicitly)
-    eval_samples: int = 16
+    eval_samples: int = 16  # completions per held-out prompt (mean@16)
 
     # --- checkpoints and reliability ---
     save_every: int = 100  # steps; -1 disables
-    keep_checkpoints: int = 2
+    keep_checkpoints: int = 2  # newest checkpoints kept on disk
     max_bad_steps: int = 3  # consecutive non-finite steps (skipped) before the run stops
     grade_timeout_s: float = 1.0  # hard bound on grading one completion
     dump_every: int = -1  # steps; write prompts, completions, rewards and lags to out_dir/<run>/rollouts/
@@ -110,75 +120,114 @@ TOY = dict(
     prompt_max_tokens=48, think_min_tokens=40, think_max_tokens=56, answer_max_tokens=12,
     eval_every=20, eval_prompts=200, eval_samples=4, save_every=50, micro_batch_tokens=2048,
 )
+# Flags whose choices are a registry: an entry added there is a choice here.
+REGISTRIES = {"loss": losses.LOSSES, "mode": rollouts.SCHEDULES}
 
 
 class ConfigError(ValueError):
     """A bad flag or value: reported as one line, exit status 2, before anything starts."""
 
 
-def _choices(tp):
-    return typing.get_args(tp) if typing.get_origin(tp) is Literal else None
+def _field_help() -> dict[str, str]:
+    """The comment beside each field of Config, with its indented continuation lines: the --help text is
+    written once, in the source above."""
+    names, helps, last = {f.name for f in dataclasses.fields(Config)}, {}, None
+    for line in inspect.getsource(Config).splitlines():
+        field_line = re.match(r"\s+(\w+): [^#]*#\s?(.*)", line)
+        continuation = re.match(r"\s+#\s+(.*)", line)
+        if field_line and field_line.group(1) in names:
+            last = field_line.group(1)
+            helps[last] = field_line.group(2).strip()
+        elif continuation and last:
+            helps[last] += " " + continuation.group(1).strip()
+        else:
+            last = None
+    return helps
 
 
-def _coerce(name: str, tp, text: str):
-    choices = _choices(tp)
+def _value(name: str, tp, text: str):
+    """Command-line text -> a value of the field's type; argparse turns the error into one line."""
+    choices = list(REGISTRIES[name]) if name in REGISTRIES else (
+        typing.get_args(tp) if typing.get_origin(tp) is Literal else None)
     if choices:
         if text not in choices:
-            raise ConfigError(f"--{name}: invalid choice {text!r} (choose from {', '.join(choices)})")
+            raise argparse.ArgumentTypeError(f"invalid choice {text!r} (choose from {', '.join(choices)})")
         return text
     if tp is bool:
-        low = text.lower()
-        if low in ("1", "true", "yes", "on"):
+        if text.lower() in ("1", "true", "yes", "on"):
             return True
-        if low in ("0", "false", "no", "off"):
+        if text.lower() in ("0", "false", "no", "off"):
             return False
-        raise ConfigError(f"--{name}: expected true or false, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
     try:
         value = tp(text)
     except ValueError:
-        raise ConfigError(f"--{name}: expected {tp.__name__}, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected {tp.__name__}, got {text!r}") from None
     if tp is float and not math.isfinite(value):
-        raise ConfigError(f"--{name}: expected a finite number, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
     return value
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # argparse would print its usage block and exit; we raise one line to main()
+        if message.startswith("unrecognized arguments"):
+            message += " (python train.py --help lists every flag)"
+        raise ConfigError(message)
+
+
+def parser() -> argparse.ArgumentParser:
+    """argparse built from Config: each flag's type, default, toy override and help come from its field. Only
+    typed flags land in the parsed namespace (default SUPPRESS), so the toy preset can fill in the rest."""
+    p = _Parser(prog="train.py", usage="python train.py [--flag value ...]   (or torchrun ... train.py ...)",
+                description="ScaleRL: RL of an LLM on verifiable rewards (arXiv 2510.13786). Every flag is a field "
+                            "of config.Config; defaults are the paper's recipe.", allow_abbrev=False,
+                argument_default=argparse.SUPPRESS, formatter_class=argparse.RawDescriptionHelpFormatter,
+                epilog="Booleans take --flag, --no_flag or --flag true|false. Where it says 'toy:', that value "
+                       "applies when --model is toy and the flag is not typed.")
+    hints, helps = typing.get_type_hints(Config), _field_help()
+    for f in dataclasses.fields(Config):
+        tp = hints[f.name]
+        toy = f"; toy: {TOY[f.name]}" if f.name in TOY else ""
+        text = f"{helps.get(f.name, '')} (default: {f.default}{toy})".replace("%", "%%")
+
+        def convert(s, name=f.name, tp=tp):
+            return _value(name, tp, s)
+        if tp is bool:
+            p.add_argument(f"--{f.name}", nargs="?", const=True, type=convert, metavar="BOOL", help=text)
+            p.add_argument(f"--no_{f.name}", dest=f.name, action="store_false", help=argparse.SUPPRESS)
+        else:
+            choices = list(REGISTRIES[f.name]) if f.name in REGISTRIES else typing.get_args(tp)
+            metavar = "{" + ",".join(choices) + "}" if choices else {int: "INT", float: "FLOAT"}.get(tp, "TEXT")
+            p.add_argument(f"--{f.name}", type=convert, metavar=metavar, help=text)
+    return p
+
+
 def parse_args(argv: list[str]) -> Config:
-    """`--key value`, `--key=value`, `--flag`, `--no_flag`; dashes or underscores. Toy overrides apply
-    to every field not typed on the command line when the model is the toy."""
-    hints = typing.get_type_hints(Config)
-    given: dict = {}
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        if not arg.startswith("--"):
-            raise ConfigError(f"unexpected argument {arg!r}: flags look like --key value or --key=value")
-        key, eq, text = arg[2:].partition("=")
-        key = key.replace("-", "_")
-        if key not in hints and key.startswith("no_") and hints.get(key[3:]) is bool and not eq:
-            given[key[3:]] = False
-            i += 1
-            continue
-        if key not in hints:
-            raise ConfigError(f"unknown flag --{key} (see the fields of Config in config.py)")
-        if not eq:
-            if hints[key] is bool and (i + 1 == len(argv) or argv[i + 1].startswith("--")):
-                given[key] = True
-                i += 1
-                continue
-            if i + 1 == len(argv):
-                raise ConfigError(f"--{key}: missing value")
-            text = argv[i + 1]
-            i += 1
-        given[key] = _coerce(key, hints[key], text)
-        i += 1
+    """`--key value`, `--key=value`, `--flag`, `--no_flag`; dashes or underscores in keys. The toy preset fills
+    every field not typed when the model is the toy; then the derived defaults below; then validation."""
+    argv = [re.sub(r"^--([^=]+)", lambda m: "--" + m.group(1).replace("-", "_"), a) if a.startswith("--") else a
+            for a in argv]
+    given = vars(parser().parse_args(argv))
     values = dict(TOY) if given.get("model", Config.model) == "toy" else {}
     values.update(given)
+    # derived defaults: each decided here, once
     if values.get("mode") == "sync" and "k" not in given:
         values["k"] = 1  # on-policy by definition
+    if values.get("length_penalty") and "interruptions" not in given:
+        values["interruptions"] = False  # the penalty replaces the interruptions (paper §4, LOO row "lp")
+    if values.get("dtype", Config.dtype) == "auto":
+        import torch
+        values["dtype"] = "bfloat16" if torch.cuda.is_available() else "float32"
     cfg = Config(**values)
-    cfg.typed = set(given)  # the flags the user typed (not a field: the log records values, not their origin)
+    object.__setattr__(cfg, "typed", frozenset(given))  # the flags typed (not a field: the log records values)
     validate(cfg)
     return cfg
+
+
+def toy_preset(cfg: Config) -> dict:
+    """The values the toy preset set (fields not typed), for the start-up line: `--batch 768` on the toy says
+    it trains 96 prompts x 8."""
+    return {k: getattr(cfg, k) for k in TOY if k not in cfg.typed} if cfg.model == "toy" else {}
 
 
 def validate(cfg: Config) -> None:
@@ -226,6 +275,8 @@ def validate(cfg: Config) -> None:
         bad(f"--run_name {cfg.run_name!r} must be a plain name (no '/', not starting with '.')")
     if cfg.resume and not cfg.run_name:
         bad("--resume needs --run_name (the run to continue)")
+    if cfg.interruptions and cfg.length_penalty:
+        bad("--interruptions and --length_penalty are alternatives (paper §4): choose one")
 
 
 def to_dict(cfg: Config) -> dict:

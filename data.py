@@ -1,18 +1,11 @@
-"""Prompts, answers and graders; and the toy that lets `python train.py` run on a laptop with no download.
+"""Prompts, answers and graders: named and local datasets, the held-out split, and the reward.
 
-    python data.py                 # build the toy model (or find it cached) and print its folder
+    from data import load_task        # (train rows, eval rows, grade) for --dataset
 
-The toy (paper §2 in miniature): a generated verifiable task, a sum of 2-6 digits answered after a <think>
-scratchpad of running sums, e.g.
-
-    prompt      <|user|>Add: 7+5+9<|assistant|><think>
-    completion  7+5=12 12+9=21 </think>\\boxed{21}<|endoftext|>
-
-and a ~1M-parameter Qwen2 model with a byte-level BPE tokenizer (digits split one per token), both built
-here, saved in Hugging Face format (so transformers and vLLM load them), and given a short supervised warm
-start so RL starts from a low but non-zero pass rate, as the paper starts RL from an SFT model.
+DATASETS is the one table of named datasets (a fork adds one there); local .jsonl/.parquet files work by
+field name. Graders return +1 correct and -1 otherwise (paper A.3) and treat model output as untrusted:
+math-verify runs in worker processes killed at a deadline, and nothing is ever evaluated.
 """
-import hashlib
 import json
 import os
 import random
@@ -24,47 +17,6 @@ THINK_START, THINK_END = "<think>", "</think>"
 EOS = "<|endoftext|>"
 # paper §4 (arXiv text); A.10 prints a variant without "now."
 INTERRUPT_PHRASE = "Okay, time is up. Let me stop thinking and formulate a final answer now. </think>"
-
-# --- the toy task --------------------------------------------------------------------------------------------
-# Difficulty knobs. The number of terms sets the scratchpad length (about 10 tokens per running sum), so
-# completions vary 3x in length: the stragglers that PipelineRL is for (paper §3.1).
-TOY_MIN_TERMS, TOY_MAX_TERMS = 2, 6
-TOY_MAX_OPERAND = 9
-TOY_NUM_TRAIN, TOY_NUM_VAL = 4000, 1000  # prompts; validation is held out and never trained on
-TOY_SFT_STEPS, TOY_SFT_BATCH, TOY_SFT_LR = 300, 64, 2e-3  # supervised warm start (tuned for the base pass rate)
-# The warm start imitates sloppy traces: each running sum is off by 1-3 with this probability (and later sums
-# build on the slip), so the model learns the procedure but slips often, as an SFT model imitating imperfect
-# reasoning does. RL then has something real to fix: the reward is only for the right final answer.
-TOY_SFT_SLIP_RATE = 0.3
-
-
-def toy_problem(rng: random.Random, slip_rate: float = 0.0) -> dict:
-    """A sum of 2-6 terms; "solution" is a scratchpad of running sums, each slipping by 1-3 with slip_rate."""
-    terms = [rng.randint(1, TOY_MAX_OPERAND) for _ in range(rng.randint(TOY_MIN_TERMS, TOY_MAX_TERMS))]
-    steps, running = [], terms[0]
-    for t in terms[1:]:
-        result = running + t
-        if rng.random() < slip_rate:
-            result = max(0, result + rng.choice([-3, -2, -1, 1, 2, 3]))
-        steps.append(f"{running}+{t}={result}")
-        running = result
-    return {"prompt": "Add: " + "+".join(map(str, terms)), "answer": str(sum(terms)),
-            "solution": " ".join(steps) + f" {THINK_END}\\boxed{{{running}}}"}
-
-
-def toy_rows(split: str) -> list[dict]:
-    """Fixed prompts: the train and validation splits come from different seeds and share no prompt."""
-    rng = random.Random({"train": 1, "val": 2}[split])
-    n = TOY_NUM_TRAIN if split == "train" else TOY_NUM_VAL
-    rows, seen = [], set()
-    if split == "train":
-        seen = {r["prompt"] for r in toy_rows("val")}
-    while len(rows) < n:
-        p = toy_problem(rng)
-        if p["prompt"] not in seen:
-            seen.add(p["prompt"])
-            rows.append(p)
-    return rows
 
 
 # --- tasks: rows with prompt token ids, a held-out split, and a grader ------------------------------------------
@@ -153,7 +105,8 @@ def load_task(cfg, tokenizer) -> tuple[list[dict], list[dict], callable]:
     """(train rows, eval rows, grade) for cfg.dataset. Rows are {"prompt", "answer", "prompt_ids"}; prompts
     longer than prompt_max_tokens are dropped. grade(completions, answers) -> rewards."""
     if cfg.dataset == "toy":
-        train, val, grade = toy_rows("train"), toy_rows("val"), grade_toy
+        import toy
+        train, val, grade = toy.toy_rows("train"), toy.toy_rows("val"), toy.grade_toy
     else:
         train = _rows(cfg.dataset)
         eval_name = cfg.eval_dataset or DATASETS.get(cfg.dataset, {}).get("eval")
@@ -189,15 +142,6 @@ def final_answer(completion: str, thinking: bool = True) -> str | None:
     <think>...</think>); see boxed_answers for the rules."""
     boxes = boxed_answers(completion, thinking)
     return boxes[0] if boxes and len(set(boxes)) == 1 else None
-
-
-def toy_reward(completion: str, answer: str) -> float:
-    """Exact match of the final boxed answer (the toy's answers are integers)."""
-    return 1.0 if final_answer(completion) == answer else -1.0
-
-
-def grade_toy(completions: list[str], answers: list[str]) -> list[float]:
-    return [toy_reward(c, a) for c, a in zip(completions, answers)]
 
 
 def grade_exact(completions: list[str], answers: list[str], thinking: bool) -> list[float]:
@@ -369,105 +313,6 @@ def math_reward(completion: str, answer: str) -> float:
     return _default_grader([completion], [answer])[0]
 
 
-# --- which prompt next: epochs, and No-Positive-Resampling ------------------------------------------------------
-class PromptSampler:
-    """Epochs over the training prompts, each in a fresh seeded order, with No-Positive-Resampling (paper
-    §3.2(d), Polaris): a prompt whose most recent group reached a pass rate >= npr_threshold is retired and
-    left out of every later epoch (not the current one, which has already drawn it).
-
-    "History" here is the pass rate of the prompt's most recent group of G completions: the policy keeps
-    changing, so an old average says less than the latest measurement, and once easy a prompt tends to stay
-    easy (paper §3.2). Prompts at pass rate 0 are never retired: zero-variance filtering only drops them from
-    the loss.
-
-    Every rank holds an identical copy: draws are global (rank r keeps every world-th prompt) and every
-    rank records every group's pass rate, so the global batch, its seeds and the curriculum do not depend on
-    the number of ranks. All state is plain data: checkpoints restore the exact data order and curriculum."""
-
-    def __init__(self, rows: list[dict], seed: int, npr: bool, npr_threshold: float):
-        self.rows, self.seed, self.npr, self.npr_threshold = rows, seed, npr, npr_threshold
-        self.epoch, self.pos, self.serial = 0, 0, 0
-        self.requeued: list[int] = []  # prompts drawn but never trained on (see Rollouts.pending): served first
-        self.last_pass_rate: dict[int, float] = {}
-        self.retired: set[int] = set()
-        self.order = self._order()
-
-    def _order(self) -> list[int]:
-        order = [i for i in range(len(self.rows)) if i not in self.retired]
-        if not order:
-            raise RuntimeError(f"No-Positive-Resampling retired all {len(self.rows)} training prompts: "
-                               "the policy solves the whole training set (use --no_npr to keep sampling them)")
-        random.Random(self.seed * 1_000_003 + self.epoch).shuffle(order)
-        return order
-
-    def draw(self, n: int, rank: int = 0, world: int = 1) -> list[tuple[int, int]]:
-        """n global draws; this rank's share as (prompt index, serial). The serial numbers every draw of the
-        run and seeds that group's sampling."""
-        out = []
-        for _ in range(n):
-            if self.requeued:
-                idx = self.requeued.pop(0)
-            else:
-                if self.pos == len(self.order):
-                    self.epoch, self.pos = self.epoch + 1, 0
-                    self.order = self._order()
-                idx = self.order[self.pos]
-                self.pos += 1
-            if self.serial % world == rank:
-                out.append((idx, self.serial))
-            self.serial += 1
-        return out
-
-    def record(self, prompt_idx: int, pass_rate: float):
-        self.last_pass_rate[prompt_idx] = pass_rate
-        if self.npr and pass_rate >= self.npr_threshold:
-            self.retired.add(prompt_idx)
-
-    def state_dict(self, pending: list[int] = ()) -> dict:
-        """pending: prompts drawn but not trained on yet; they come first after a resume."""
-        return {"epoch": self.epoch, "pos": self.pos, "serial": self.serial, "order": self.order,
-                "requeued": list(pending) + self.requeued, "retired": sorted(self.retired),
-                "last_pass_rate": {str(k): v for k, v in self.last_pass_rate.items()}}
-
-    def load_state_dict(self, state: dict):
-        self.epoch, self.pos, self.serial = state["epoch"], state["pos"], state["serial"]
-        self.order, self.requeued = list(state["order"]), list(state["requeued"])
-        self.retired = set(state["retired"])
-        self.last_pass_rate = {int(k): v for k, v in state["last_pass_rate"].items()}
-
-
-# --- the toy tokenizer and model -----------------------------------------------------------------------------
-CHAT_TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}{% endfor %}"
-                 "{% if add_generation_prompt %}<|assistant|><think>{% endif %}")
-TOY_TIED = False
-TOY_MODEL = dict(vocab_size=384, hidden_size=128, intermediate_size=512, num_hidden_layers=4,
-                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
-
-
-def build_toy_tokenizer():
-    """Byte-level BPE trained on toy text, the interruption phrase and the chat roles, so any input string
-    encodes (bytes never fail) while the phrase costs ~19 tokens instead of 80 characters."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-    rng = random.Random(0)
-    corpus = [f"<|user|>{p['prompt']}<|assistant|><think>{p['solution']}" for p in (toy_problem(rng) for _ in range(2000))]
-    corpus += [INTERRUPT_PHRASE, "Please reason step by step, and put your final answer within \\boxed{}."] * 100
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
-                                                 pre_tokenizers.ByteLevel(add_prefix_space=False)])
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=TOY_MODEL["vocab_size"] - 8, show_progress=False,
-                                  special_tokens=[EOS, "<|user|>", "<|assistant|>", "<|system|>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(corpus, trainer)
-    # <think> and </think> are ordinary added tokens (as in Qwen3): kept when decoding, one id each
-    tok.add_tokens([AddedToken(THINK_START, normalized=False), AddedToken(THINK_END, normalized=False)])
-    hf = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS, pad_token=EOS)
-    hf.chat_template = CHAT_TEMPLATE
-    assert len(hf) <= TOY_MODEL["vocab_size"], len(hf)
-    return hf
-
-
 def format_prompt(tokenizer, question: str) -> list[int]:
     """Token ids of the prompt: the tokenizer's chat template with its generation prompt, in thinking mode where
     the template has one (Qwen3's enable_thinking); plain text for tokenizers without a template."""
@@ -483,69 +328,8 @@ def prompt_opens_thinking(tokenizer) -> bool:
     return tokenizer.decode(format_prompt(tokenizer, "x")).rstrip().endswith(THINK_START)
 
 
-def _toy_spec_hash() -> str:
-    spec = dict(TOY_MODEL, tied=TOY_TIED, terms=(TOY_MIN_TERMS, TOY_MAX_TERMS, TOY_MAX_OPERAND), sft=(TOY_SFT_STEPS, TOY_SFT_BATCH,
-                TOY_SFT_LR, TOY_SFT_SLIP_RATE), template=CHAT_TEMPLATE, phrase=INTERRUPT_PHRASE, version=1)
-    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:10]
-
-
-def toy_model_path(out_dir: str) -> str:
-    return os.path.join(out_dir, f"toy-{_toy_spec_hash()}")
-
-
-def build_toy_model(out_dir: str, log=print) -> str:
-    """Build, warm-start and save the toy model once; later calls return the cached folder. Written to a
-    temporary folder and renamed, so a crash never leaves a half-written model that looks complete."""
-    path = toy_model_path(out_dir)
-    if os.path.exists(os.path.join(path, "config.json")):
-        return path
-    import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-    t0 = time.time()
-    tokenizer = build_toy_tokenizer()
-    eos = tokenizer.convert_tokens_to_ids(EOS)
-    torch.manual_seed(0)
-    model = Qwen2ForCausalLM(Qwen2Config(**TOY_MODEL, tie_word_embeddings=TOY_TIED, bos_token_id=eos, eos_token_id=eos,
-                                         pad_token_id=eos, rope_theta=10000.0))
-    # supervised warm start on fresh draws of the task distribution (never the validation prompts' seed)
-    rng = random.Random(3)
-    opt = torch.optim.AdamW(model.parameters(), lr=TOY_SFT_LR, weight_decay=0.0)
-    model.train()
-    for step in range(TOY_SFT_STEPS):
-        seqs, masks = [], []
-        for _ in range(TOY_SFT_BATCH):
-            p = toy_problem(rng, TOY_SFT_SLIP_RATE)
-            prompt = format_prompt(tokenizer, p["prompt"])
-            target = tokenizer(p["solution"], add_special_tokens=False)["input_ids"] + [eos]
-            seqs.append(prompt + target)
-            masks.append([0] * len(prompt) + [1] * len(target))
-        width = max(map(len, seqs))
-        ids = torch.tensor([s + [eos] * (width - len(s)) for s in seqs])
-        labels = torch.tensor([[t if m else -100 for t, m in zip(s, mk)] + [-100] * (width - len(s))
-                               for s, mk in zip(seqs, masks)])
-        attn = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s in seqs])  # right padding
-        for g in opt.param_groups:  # linear warm-up then linear decay
-            g["lr"] = TOY_SFT_LR * min(1.0, (step + 1) / 20) * (1 - step / TOY_SFT_STEPS)
-        loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        if step % 50 == 0 or step == TOY_SFT_STEPS - 1:
-            log(f"toy warm start: step {step}/{TOY_SFT_STEPS} loss {loss.item():.3f} ({time.time() - t0:.0f}s)")
-    tmp = f"{path}.tmp{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.generation_config.eos_token_id = eos
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    try:
-        os.rename(tmp, path)
-    except OSError:  # another process finished first: theirs is as good as ours
-        shutil.rmtree(tmp, ignore_errors=True)
-    log(f"toy model saved to {path} ({sum(p.numel() for p in model.parameters()):,} parameters, "
-        f"{time.time() - t0:.0f}s)")
-    return path
-
-
-if __name__ == "__main__":
-    print(build_toy_model("out"))
+def think_end_id(tokenizer) -> int | None:
+    """The id of </think> if the tokenizer has it as a single token, else None. Forced interruptions stop the
+    thinking phase on it (generate.py), so they need it; the check is here, once."""
+    ids = tokenizer(THINK_END, add_special_tokens=False)["input_ids"]
+    return ids[0] if len(ids) == 1 else None

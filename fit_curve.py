@@ -456,6 +456,11 @@ def main(argv=None):
         parser.error("--fit-fraction must be in (0, 1]")
     if args.bootstrap < 0 or not 0 < args.ci < 1:
         parser.error("--bootstrap must be >= 0 and --ci in (0, 1)")
+    if args.plot:
+        import importlib.util
+        if importlib.util.find_spec("matplotlib") is None:  # before any fitting, as one line
+            print("error: --plot needs matplotlib (pip install matplotlib)", file=sys.stderr)
+            return 2
     fits = []
     for path in args.files:
         try:

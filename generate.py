@@ -1,22 +1,16 @@
-"""Generation: vLLM inside the training process, forced length interruptions, and the off-policy schedules.
+"""The generator: vLLM inside the training process, driven request by request, with forced interruptions
+and in-memory weight updates. It knows nothing of schedules or losses (rollouts.py decides what to generate).
 
     python generate.py             # sample a few toy completions and print them
 
-Three ideas of the paper live here:
-  * PipelineRL-k (paper §3.1): the engine always has requests in flight; the trainer takes a step as soon as
-    enough finished groups are ready, and the new weights are loaded while unfinished completions keep
-    decoding on their stale KV cache (in-flight update). PPO-off-policy-k and on-policy sync are the
-    alternatives. Off-policyness is bounded by k, defined exactly as:
-        lag(group) = (policy version being trained) - (oldest version that sampled any of its first tokens)
-        every trained group has lag <= k - 1
-    so a trained completion's tokens come from at most k consecutive policy versions, and k = 1 is on-policy
-    in every mode. (Version v = the weights after v optimizer steps.)
   * Forced interruptions (paper §4, A.10): each completion first thinks until </think>, EOS, or a budget
     drawn uniformly in [think_min, think_max] tokens; at the budget the phrase "Okay, time is up. ...
     </think>" is appended, and either way the answer gets at most answer_max more tokens. A completion that
     hits that final limit is "truncated". The phrase's tokens are injected, not sampled: mask 0.
   * pi_gen: the logprob vLLM returned for every sampled token, with the policy version that sampled it
     (vLLM's own weight-version spans), so ratios are right for completions spanning several versions.
+  * update_weights: the trainer's tensors loaded in place while requests may still be running (PipelineRL's
+    in-flight update, §3.1); their KV cache stays as it was computed.
 
 vLLM's own thinking budget (reasoning_config) can force a phrase too, but in 0.32 its CPU path does not see a
 natural </think> when the forced string is longer than </think>, so we run the answer as a second request.
@@ -114,30 +108,27 @@ def seed_of(*key) -> int:
 class Generator:
     """The in-process vLLM engine, driven request by request through llm_engine.add_request / step."""
 
-    def __init__(self, cfg, model_path: str, tokenizer, device: str):
+    def __init__(self, cfg, model_path: str, tokenizer, device: str, prefix_caching: bool):
+        """cfg: sampling (seed, temperature, budgets, interruptions) and engine settings (dtype, fp32_head,
+        memory). prefix_caching: share a group's prompt prefill. A cached block computed by old weights must
+        never be reused after an update (a common stale-cache bug in RL loops), so the cache is reset after
+        every update; a caller that updates weights while requests run (PipelineRL) must pass False, because
+        vLLM cannot reset the cache while requests hold blocks."""
         from vllm import LLM, SamplingParams
         self.SamplingParams = SamplingParams
         self.cfg = cfg
         self.tokenizer = tokenizer
-        self.eos_id = tokenizer.eos_token_id
         self.phrase_ids = tokenizer(INTERRUPT_PHRASE, add_special_tokens=False)["input_ids"]
-        self.use_interruptions = cfg.interruptions and not cfg.length_penalty
-        self.think_end_id = tokenizer.convert_tokens_to_ids(THINK_END)
-        if self.use_interruptions and (self.think_end_id in (None, tokenizer.unk_token_id)
-                                       or tokenizer.convert_ids_to_tokens(self.think_end_id) != THINK_END):
+        self.think_end_id = think_end_id(tokenizer)
+        if cfg.interruptions and self.think_end_id is None:
             raise ValueError(f"forced interruptions need a tokenizer with a single {THINK_END} token; this one has "
                              "none (pass --no_interruptions or --length_penalty)")
         on_cpu = device == "cpu"
-        # Prefix caching shares a group's prompt prefill, but a cached block computed by old weights must
-        # never be reused after an update (a common stale-cache bug, peers.md #12). Outside pipeline mode
-        # nothing is in flight at an update, so the cache is reset then. In pipeline mode running requests
-        # hold cached blocks by design (stale KV), which blocks a reset, so the cache is off.
-        self.prefix_caching = cfg.mode != "pipeline"
+        self.prefix_caching = prefix_caching
         self.llm = LLM(
-            model=model_path, tokenizer=model_path, seed=cfg.seed, dtype=cfg.dtype if cfg.dtype != "auto" else
-            ("float32" if on_cpu else "bfloat16"),
+            model=model_path, tokenizer=model_path, seed=cfg.seed, dtype=cfg.dtype,
             max_model_len=cfg.vllm_max_len(len(self.phrase_ids)),
-            enable_prefix_caching=self.prefix_caching,
+            enable_prefix_caching=prefix_caching,
             max_num_seqs=max(256, 2 * cfg.batch),
             # on CPU the KV cache is a fixed size in host RAM; on GPU a fraction of the device's memory
             gpu_memory_utilization=cfg.vllm_memory,
@@ -177,7 +168,7 @@ class Generator:
         cfg, s = self.cfg, group.samples[i]
         seed = seed_of(self.cfg.seed, group.uid, i, phase)
         common = dict(temperature=cfg.temperature, logprobs=0, flat_logprobs=True, detokenize=False, seed=seed)
-        if not self.use_interruptions:  # one request with the whole budget (L_max of Eq. 9)
+        if not cfg.interruptions:  # one request with the whole budget (L_max of Eq. 9)
             max_tokens, stop = cfg.think_max_tokens + cfg.answer_max_tokens, None
         elif phase == 0:  # think until </think>, EOS, or this completion's budget
             max_tokens = random.Random(seed).randint(cfg.think_min_tokens, cfg.think_max_tokens)
@@ -214,7 +205,7 @@ class Generator:
             s.versions += versions
             s.mask += [1] * len(o.token_ids)
             closed = o.finish_reason == "stop" and o.stop_reason == self.think_end_id  # wrote </think> itself
-            if self.use_interruptions and phase == 0 and (closed or o.finish_reason == "length"):
+            if self.cfg.interruptions and phase == 0 and (closed or o.finish_reason == "length"):
                 if o.finish_reason == "length":  # thinking budget reached: inject the phrase
                     s.interrupted = True
                     s.token_ids += self.phrase_ids
@@ -231,17 +222,6 @@ class Generator:
                 self.finished.append(self._groups.pop(group.uid))
                 done += 1
         return done
-
-    def abort(self, uids: set[str]):
-        """Drop in-flight groups (e.g. ones that can no longer meet the lag bound)."""
-        rids = [rid for rid, (g, _, _) in self._live.items() if g.uid in uids]
-        self.engine.abort_request(rids)
-        for rid in rids:
-            del self._live[rid]
-            self._seen.pop(rid, None)
-        for uid in uids:
-            self._groups.pop(uid, None)
-            self._pending.pop(uid, None)
 
     def inflight(self) -> list[Group]:
         return list(self._groups.values())
@@ -301,103 +281,19 @@ def _retie_lm_head(model):
     heads[0].quant_method.process_weights_after_loading(heads[0])
 
 
-class Rollouts:
-    """One batch of finished, graded groups per optimizer step, in the chosen off-policy mode (paper §3.1).
-    With several ranks each rank generates its share of every global draw (data.PromptSampler), and calls
-    next_batch once per step like every other rank, so the global batch is the same for any world size."""
-
-    def __init__(self, gen: Generator, sampler, grade, cfg, rank: int = 0, world: int = 1):
-        self.gen, self.sampler, self.grade, self.cfg, self.rank, self.world = gen, sampler, grade, cfg, rank, world
-        self.queue: list[Group] = []  # ppo mode: the rest of the k mini-batches
-        self.records: list[tuple[int, float]] = []  # (prompt, pass rate) graded since the last take_records()
-        self.t_grade = 0.0  # seconds spent grading, accumulated (train.py logs it per step)
-
-    def pending(self) -> list[tuple[int, int]]:
-        """(serial, prompt) of this rank's draws not trained on yet: in flight, finished, or queued."""
-        return [(g.serial, g.prompt_idx) for g in self.gen.inflight() + self.gen.finished + self.queue if g.serial >= 0]
-
-    def take_records(self) -> list[tuple[int, float]]:
-        records, self.records = self.records, []
-        return records
-
-    def _submit(self, n_global: int):
-        for prompt_idx, serial in self.sampler.draw(n_global, self.rank, self.world):
-            row = self.sampler.rows[prompt_idx]
-            self.gen.submit(str(serial), prompt_idx, row["prompt_ids"], row["answer"], self.cfg.group, serial)
-
-    def _grade(self, groups: list[Group]) -> list[Group]:
-        t0 = time.time()
-        samples = [(s, g.answer) for g in groups for s in g.samples]
-        rewards = self.grade([s.text for s, _ in samples], [a for _, a in samples])
-        for (s, _), reward in zip(samples, rewards):
-            s.correct = reward > 0
-            s.reward = reward
-            if self.cfg.length_penalty and s.correct:  # DAPO overlong penalty (paper Eq. 9), on correct traces
-                s.reward += min(0.0, max(-1.0, (self.cfg.think_max_tokens - len(s.token_ids)) / self.cfg.answer_max_tokens))
-        self.records += [(g.prompt_idx, sum(s.correct for s in g.samples) / len(g.samples)) for g in groups]
-        self.t_grade += time.time() - t0
-        return groups
-
-    def next_batch(self) -> list[Group]:
-        cfg, gen, per_step = self.cfg, self.gen, self.cfg.prompts_per_step
-        if cfg.mode == "sync" or (cfg.mode == "ppo" and not self.queue):
-            # on-policy: one generation per step; PPO-off-policy-k: k steps' worth, then k mini-batch steps
-            self._submit(per_step * (cfg.k if cfg.mode == "ppo" else 1))
-            groups = self._grade(gen.run_until_done({g.uid for g in gen.inflight()}, "generate"))
-            self.queue = sorted(groups, key=lambda g: g.serial)  # draw order, whatever order they finished in
-        if cfg.mode in ("sync", "ppo"):
-            batch, self.queue = self.queue[:per_step // self.world], self.queue[per_step // self.world:]
-            return batch
-        # pipeline: up to two batches of prompts in flight (one when k = 1); train on the oldest finished groups as
-        # soon as a batch's worth is ready, while the rest keep decoding across the weight update (in-flight
-        # update). The lag bound is kept by waiting, as the paper's trainers wait when k steps ahead: a group
-        # whose first token is k - 1 versions old must be in this step's batch, so the step waits for it.
-        need = per_step // self.world
-        if not gen.inflight() and not gen.finished and cfg.k > 1:
-            self._submit(per_step)  # the very first step also fills the second batch
-        self._submit(per_step)
-        oldest = gen.version - (cfg.k - 1)  # the oldest version a group trained now may start at
-        due = lambda g: g.first_version() is not None and g.first_version() <= oldest  # noqa: E731
-        bar = Progress(need, "generate")
-        while len(gen.finished) < need or any(due(g) for g in gen.inflight()):
-            gen.step()
-            bar.update(min(len(gen.finished), need))
-        bar.close()
-        ready = sorted(gen.finished, key=lambda g: (g.first_version(), g.serial))
-        batch = ready[:max(need, sum(map(due, ready)))]  # (more than a batch only if more than one is due)
-        return self._grade(gen.take({g.uid for g in batch}))
-
-
-def evaluate(gen: Generator, rows: list[dict], cfg, grade, first_index: int = 0, stride: int = 1) -> dict:
-    """Sums over these held-out prompts, eval_samples completions each (the paper's mean@16 is
-    correct / samples). Seeds come from each prompt's index in the whole validation set (rows[j] is number
-    first_index + j * stride), so every evaluation, on any number of ranks, samples alike: successive pass
-    rates differ by the policy only."""
-    uids = set()
-    for j, row in enumerate(rows):
-        uid = f"eval-{first_index + j * stride}"
-        gen.submit(uid, j, row["prompt_ids"], row["answer"], cfg.eval_samples)
-        uids.add(uid)
-    groups = gen.run_until_done(uids, "evaluate") if uids else []
-    samples = [s for g in groups for s in g.samples]
-    rewards = grade([s.text for s in samples], [g.answer for g in groups for _ in g.samples]) if samples else []
-    return {"correct": sum(r > 0 for r in rewards), "samples": len(samples),
-            "truncated": sum(s.truncated for s in samples), "completion_tokens": sum(len(s.token_ids) for s in samples)}
-
-
-from data import INTERRUPT_PHRASE, THINK_END  # noqa: E402  (after the env vars above)
+from data import INTERRUPT_PHRASE, THINK_END, think_end_id  # noqa: E402  (after the env vars above)
 
 if __name__ == "__main__":
     import data
+    import toy
     from config import parse_args
     from transformers import AutoTokenizer
     cfg = parse_args(["--mode", "sync"])
-    path = data.build_toy_model(cfg.out_dir)
+    path = toy.build_toy_model(cfg.out_dir)
     tok = AutoTokenizer.from_pretrained(path)
-    gen = Generator(cfg, path, tok, "cpu")
-    rows = [dict(r, prompt_ids=data.format_prompt(tok, r["prompt"])) for r in data.toy_rows("val")[:4]]
-    for row in rows:
-        gen.submit(str(len(gen._groups)), 0, row["prompt_ids"], row["answer"], 2)
+    gen = Generator(cfg, path, tok, "cpu", prefix_caching=True)
+    for j, row in enumerate(toy.toy_rows("val")[:4]):
+        gen.submit(str(j), j, data.format_prompt(tok, row["prompt"]), row["answer"], 2)
     for g in gen.run_until_done({g.uid for g in gen.inflight()}):
         for s in g.samples:
-            print(repr(s.text), "answer", g.answer, "reward", data.toy_reward(s.text, g.answer))
+            print(repr(s.text), "answer", g.answer, "reward", toy.toy_reward(s.text, g.answer))

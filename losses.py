@@ -12,6 +12,8 @@ Micro-batch invariance: the aggregation is a per-token weight computed once per 
 whole batch (token_weights), so loss = sum_t weight_t * loss_t is a plain sum over micro-batches and ranks,
 and its gradient does not depend on how the batch is split.
 """
+import inspect
+
 import torch
 
 LOG_RATIO_CLAMP = 20.0  # |log rho| bound before exp: exp(20) ~ 5e8 is finite; larger means a broken sample
@@ -90,7 +92,7 @@ def gspo(logp, log_ratio, adv, seq_id, mask, gspo_eps_low, gspo_eps_high, **_):
     """GSPO (paper §3.2, A.17.3): a sequence-level ratio s_i = exp(mean_t log rho_{i,t}) (geometric mean over
     the completion's sampled tokens), min(s_i A, clip(s_i, 1 - eps_low, 1 + eps_high) A), broadcast to the
     completion's tokens; with loss_agg="sample" this is exactly GSPO's (1/G) sum_i. The mean log-ratio is
-    clamped before exp (an unclamped exp overflowed to NaN in a peer, peers.md #10)."""
+    clamped before exp (peers have seen an unclamped exp overflow to NaN)."""
     num_seqs = int(seq_id.max()) + 1 if seq_id.numel() else 0
     sums = torch.zeros(num_seqs, dtype=log_ratio.dtype, device=log_ratio.device).index_add(0, seq_id, log_ratio * mask)
     counts = torch.zeros(num_seqs, dtype=log_ratio.dtype, device=log_ratio.device).index_add(0, seq_id, mask)
@@ -98,7 +100,16 @@ def gspo(logp, log_ratio, adv, seq_id, mask, gspo_eps_low, gspo_eps_high, **_):
     return _ppo_clip(seq_log_ratio.exp()[seq_id], adv, 1 - gspo_eps_low, 1 + gspo_eps_high)
 
 
+# The registry: --loss chooses from it (config.py). A new loss is a function with the signature above, its own
+# hyperparameters named after Config fields (eps_max, eps_low, ...; add a field for a new one), and an entry here.
 LOSSES = {"cispo": cispo, "dapo": dapo, "gspo": gspo, "grpo": grpo}
+TENSOR_ARGS = ("logp", "log_ratio", "adv", "seq_id", "mask")
+
+
+def hyperparameters(loss: str, cfg) -> dict:
+    """The loss function's own keyword arguments (e.g. cispo's eps_max), read from cfg by name."""
+    params = inspect.signature(LOSSES[loss]).parameters.values()
+    return {p.name: getattr(cfg, p.name) for p in params if p.name not in TENSOR_ARGS and p.kind is p.POSITIONAL_OR_KEYWORD}
 
 
 def policy_loss(loss: str, logp: torch.Tensor, logp_gen: torch.Tensor, adv: torch.Tensor, weight: torch.Tensor,

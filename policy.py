@@ -1,6 +1,11 @@
-"""The trainer's model: a Hugging Face causal LM sharded with FSDP2, and the log-probabilities of completions.
+"""The trainer: a Hugging Face causal LM sharded with FSDP2, the micro-batches of a step, the policy loss's
+backward pass over them, and the optimizer step. train.py and bench.py call the same functions.
 
-    from policy import build, completion_logprobs, buckets     # used by train.py and bench.py
+    model = build(path, device, torch.bfloat16, fp32_head=True)
+    kept, adv, zero_var, totals = effective_batch(groups, cfg, all_reduce)    # advantages, zero-variance filter
+    micro, padding, _ = micro_batches(kept, adv, cfg, totals, device)         # ready tensors
+    sums = backward(model, micro, cfg, num_micro, world)                      # loss over micro-batches
+    grad_norm, applied = optimizer_step(model, optimizer, lr, cfg.grad_clip, sums["loss"])
 
 FP32 LM head (paper §3.2(c)): the master weights are fp32; each decoder layer is an FSDP2 unit that computes in
 the compute dtype (bf16 on GPU), and the root unit (embedding, final norm, LM head, tied or not) computes in fp32
@@ -8,9 +13,14 @@ when fp32_head is set. FSDP2 casts each unit's inputs to its parameter dtype, so
 log-softmax run in fp32 on a bf16 body. vLLM's head_dtype override does the matmul in fp32 too, from its bf16
 copy of the weights: the two sides still differ by the rounding of the head's weights to bf16.
 """
+import math
+from dataclasses import dataclass
+
 import torch
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from transformers import AutoModelForCausalLM
+
+import losses
 
 
 def build(path: str, device: torch.device, compute_dtype: torch.dtype, fp32_head: bool):
@@ -66,3 +76,103 @@ def buckets(items: list, budget_tokens: int, length) -> tuple[list[list], float,
         return [b for b in batches if b]
     sorted_batches = split(sorted(items, key=length))
     return sorted_batches, padding(sorted_batches), padding(split(items))
+
+
+def effective_batch(groups: list, cfg, all_reduce) -> tuple[list, torch.Tensor, torch.Tensor, dict]:
+    """Advantages (paper §3.2(b)) and zero-variance filtering (§3.2(e)) of one step's groups on this rank.
+    all_reduce({name: number}) sums over ranks. Returns the kept groups (P'), their advantages (P', G), the
+    zero-variance mask of all groups (P,) and the step's global counts: prompts, completions and sampled tokens
+    kept, and the sum of squared centered rewards (batch-level normalization's numerator)."""
+    rewards = torch.tensor([[s.reward for s in g.samples] for g in groups], dtype=torch.float64)  # (P, G)
+    zero_var = losses.zero_variance(rewards)  # (P,) bool
+    keep = ~zero_var if cfg.zero_var_filter else torch.ones_like(zero_var)
+    kept = [g for g, k in zip(groups, keep.tolist()) if k]
+    centered = rewards[keep] - rewards[keep].mean(dim=1, keepdim=True)
+    totals = all_reduce({"prompts": len(kept), "completions": len(kept) * cfg.group,
+                         "tokens": sum(sum(s.mask) for g in kept for s in g.samples),
+                         "adv_sq_sum": float((centered ** 2).sum())})
+    adv = losses.advantages(rewards[keep], cfg.adv_norm, totals["adv_sq_sum"], int(totals["completions"]))
+    return kept, adv, zero_var, totals
+
+
+@dataclass
+class MicroBatch:
+    """One forward/backward's worth of completions, as ready tensors. Flat tensors are over the completion
+    tokens of all rows, in row order, shape (N,)."""
+    seqs: list[tuple[list[int], list[int]]]  # (prompt ids, completion ids) per row
+    logp_gen: torch.Tensor  # log pi_gen of each token, nats (0 for injected tokens)
+    adv: torch.Tensor  # the completion's advantage, repeated over its tokens
+    weight: torch.Tensor  # aggregation weight per token (losses.token_weights), float64
+    mask: torch.Tensor  # 1 sampled, 0 injected (the interruption phrase)
+    seq_id: torch.Tensor  # row index 0..len(seqs)-1, long
+
+
+def micro_batches(groups: list, adv: torch.Tensor, cfg, totals: dict, device) -> tuple[list[MicroBatch], float, float]:
+    """The step's kept groups (P) and their advantages (P, G) -> micro-batches of at most cfg.micro_batch_tokens
+    (padded rows x longest row), length-bucketed. Every token's aggregation weight comes from the step's global
+    counts in totals (prompts, completions, tokens over all ranks), so the loss summed over micro-batches and
+    ranks, and its gradient, do not depend on how the batch is split (paper §3.2(a); tested). Returns the
+    micro-batches and the padding fraction bucketed and in arrival order."""
+    rows = [(g.prompt_ids, s, a) for g, group_adv in zip(groups, adv.tolist()) for s, a in zip(g.samples, group_adv)]
+    prompt_tokens = [sum(sum(s.mask) for s in g.samples) for g in groups for _ in g.samples]
+    weights = losses.token_weights(cfg.loss_agg, torch.tensor([sum(s.mask) for _, s, _ in rows], dtype=torch.long),
+                                   torch.tensor(prompt_tokens, dtype=torch.long), int(totals["prompts"]),
+                                   int(totals["completions"]), int(totals["tokens"])).tolist()
+    batches, padding, padding_unsorted = buckets([(*row, w) for row, w in zip(rows, weights)], cfg.micro_batch_tokens,
+                                                 length=lambda row: len(row[0]) + len(row[1].token_ids))
+
+    def flat(values_of):  # (N,) over the tokens of a micro-batch's rows, in order
+        return lambda b, dtype: torch.tensor([x for i, row in enumerate(b) for x in values_of(i, *row)],
+                                             dtype=dtype, device=device)
+    logp_gen, advs = flat(lambda i, p, s, a, w: s.logprobs), flat(lambda i, p, s, a, w: [a] * len(s.mask))
+    weight, mask = flat(lambda i, p, s, a, w: [w] * len(s.mask)), flat(lambda i, p, s, a, w: s.mask)
+    seq_id = flat(lambda i, p, s, a, w: [i] * len(s.mask))
+    micro = [MicroBatch([(p, s.token_ids) for p, s, _, _ in b], logp_gen(b, torch.float32), advs(b, torch.float32),
+                        weight(b, torch.float64), mask(b, torch.long), seq_id(b, torch.long)) for b in batches]
+    return micro, padding, padding_unsorted
+
+
+def backward(model, micro: list[MicroBatch], cfg, num_micro: int, world: int, pad_id: int) -> dict:
+    """Forward and backward of the policy loss (losses.policy_loss) over the micro-batches; gradients
+    accumulate in the parameters. num_micro is the most micro-batches any rank has: a rank with fewer runs a
+    dummy pass that contributes nothing, to keep FSDP's collectives in step. Returns this rank's metric sums."""
+    hyper = losses.hyperparameters(cfg.loss, cfg)
+    sums = dict.fromkeys(("loss", "tokens", "is_ratio_sum", "clipped_tokens", "mismatch_sum", "entropy_sum"), 0.0)
+    sums["is_ratio_max"] = 0.0
+    for j in range(num_micro):
+        if j >= len(micro):
+            logp, _ = completion_logprobs(model, [([pad_id], [pad_id])], cfg.temperature, pad_id)
+            (logp.sum() * 0.0).backward()
+            continue
+        mb = micro[j]
+        logp, entropy = completion_logprobs(model, mb.seqs, cfg.temperature, pad_id)
+        loss, m = losses.policy_loss(cfg.loss, logp, logp_gen=mb.logp_gen, adv=mb.adv, weight=mb.weight,
+                                     mask=mb.mask, seq_id=mb.seq_id, **hyper)
+        (loss * world).backward()  # FSDP averages gradients over ranks; the loss is a sum over them
+        sums["loss"] += loss.item()
+        for k in ("tokens", "is_ratio_sum", "clipped_tokens", "mismatch_sum"):
+            sums[k] += m[k]
+        sums["entropy_sum"] += float((entropy * mb.mask).sum())
+        sums["is_ratio_max"] = max(sums["is_ratio_max"], m["is_ratio_max"])
+    return sums
+
+
+def optimizer_step(model, optimizer, lr: float, grad_clip: float, loss: float, has_gradient: bool = True
+                   ) -> tuple[float, bool]:
+    """AdamW at this lr, unless the (global) loss or gradient norm is not finite: then the step is skipped and
+    weights and optimizer state stay untouched; nor is a step taken when no rank had a micro-batch
+    (has_gradient False: every group was filtered). Gradients are cleared either way. -> (grad norm, finite)."""
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip if grad_clip > 0 else math.inf)
+    grad_norm = float(grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm)
+    finite = math.isfinite(grad_norm) and math.isfinite(loss)
+    if finite and has_gradient:
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return grad_norm, finite
+
+
+def full_weights(model):
+    """(HF name, full tensor) of every parameter, gathered from the FSDP2 shards one tensor at a time."""
+    return ((name, p.full_tensor() if hasattr(p, "full_tensor") else p.detach()) for name, p in model.named_parameters())

@@ -1,14 +1,16 @@
-"""The paper in miniature (paper §4, §6, §11): the ScaleRL recipe with 3 seeds and every leave-one-out row on
-the CPU toy, then sigmoid fits, the A/B comparison and the fit-on-half extrapolation check.
+"""The paper in miniature (paper §4-6, §11) on the CPU toy: seeds of the ScaleRL default, the leave-one-out
+rows of §6, and the scaling axes of §5, then sigmoid fits, the paper's comparison and the fit-on-half check.
 
-    python study.py                      # runs what is missing (about 2 hours on 2 cores), then fits
-    python study.py --fit_only           # just the fits and the figure from logs/study/*.jsonl
-    python study.py --runs default-s0,loo-dapo
+    python study.py --part seeds --jobs 2     # the default, 3 seeds (needed by both other parts)
+    python study.py --part loo --jobs 2       # every §6 leave-one-out row (+ no-NPR) at a staleness that binds
+    python study.py --part axes --jobs 2      # §5: thinking budget x2, batch x1/2 and x2, a larger model, G
+    python study.py --part axes --fit_only    # just the fits, tables and figures from logs/study/*.jsonl
 
-Each run is `python train.py <flags> --run_name <name> --log_dir logs/study` with the toy's defaults; a run
-whose log already holds its final evaluation is not run again (kill the script at any time and start it again;
-an interrupted run resumes from its last checkpoint). Results: logs/study/fits.json (fit_curve --json),
-logs/study/table.md, and study.png.
+Each run is `python train.py <flags> --run_name <name> --log_dir logs/study` with the toy's defaults. A run
+whose log holds its final evaluation is not run again; kill the script at any time and start it again: an
+interrupted run resumes from its last checkpoint. Every minute a progress line gives each running run's step
+and latest pass rate. Results: logs/study/<part>.md (table), logs/study/<part>-fits.json, study-<part>.png
+and, for the axes, study-axis-<axis>.png.
 """
 import argparse
 import glob
@@ -17,41 +19,71 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 LOG_DIR = os.path.join(ROOT, "logs", "study")
 OUT_DIR = os.path.join(ROOT, "out")
-# name -> flags: the ScaleRL default (3 seeds) and one run per reverted choice (paper §6 LOO, Fig. 7), plus NPR
-RUNS = {
-    "default-s0": ["--seed", "0"],
-    "default-s1": ["--seed", "1"],
-    "default-s2": ["--seed", "2"],
-    "loo-8op": ["--mode", "ppo", "--k", "8"],  # PPO-off-policy-8 instead of PipelineRL-8
-    "loo-dapo": ["--loss", "dapo"],  # DAPO's clipped surrogate instead of CISPO
-    "loo-fp32": ["--no_fp32_head"],  # LM head in the body's dtype (the toy's bf16) on both sides
-    "loo-savg": ["--loss_agg", "sample"],  # sample-average loss aggregation instead of prompt-average
-    "loo-plan": ["--adv_norm", "prompt"],  # prompt-level advantage normalization instead of batch-level
-    "loo-batch": ["--no_zero_var_filter"],  # zero-variance groups kept in the batch
-    "loo-lp": ["--length_penalty"],  # DAPO length penalty instead of forced interruptions
-    "loo-npr": ["--no_npr"],  # no No-Positive-Resampling (not a LOO row in the paper)
+SEEDS = {f"default-s{s}": ["--seed", str(s)] for s in range(3)}
+# name -> flags. LOO (paper §6, Fig. 7): one reverted choice each, at PipelineRL-8 with 8 steps of prompts in
+# flight so that lags reach k - 1 (the paper's staleness), plus no-NPR (not a LOO row in the paper)
+STALE = ["--pipeline_depth", "8"]
+PARTS = {
+    "seeds": SEEDS,
+    "loo": {
+        "stale-s0": [*STALE, "--seed", "0"],  # the reference for the LOO rows: the default at this depth
+        "stale-s1": [*STALE, "--seed", "1"],
+        "loo-8op": ["--mode", "ppo", "--k", "8"],  # PPO-off-policy-8 instead of PipelineRL-8
+        "loo-dapo": [*STALE, "--loss", "dapo"],  # DAPO's clipped surrogate instead of CISPO
+        "loo-fp32": [*STALE, "--no_fp32_head"],  # LM head in the body's dtype (the toy's bf16) on both sides
+        "loo-savg": [*STALE, "--loss_agg", "sample"],  # sample-average loss aggregation
+        "loo-plan": [*STALE, "--adv_norm", "prompt"],  # prompt-level advantage normalization
+        "loo-batch": [*STALE, "--no_zero_var_filter"],  # zero-variance groups kept in the batch
+        "loo-lp": [*STALE, "--length_penalty"],  # DAPO length penalty instead of forced interruptions
+        "loo-npr": [*STALE, "--no_npr"],  # no No-Positive-Resampling
+    },
+    "axes": {  # paper §5, Table 1; axis name first in each run name
+        "budget2x-s0": ["--think_min_tokens", "2x", "--think_max_tokens", "2x", "--seed", "0"],
+        "budget2x-s1": ["--think_min_tokens", "2x", "--think_max_tokens", "2x", "--seed", "1"],
+        "batch64-s0": ["--batch", "64", "--seed", "0"],
+        "batch64-s1": ["--batch", "64", "--seed", "1"],
+        "batch256-s0": ["--batch", "256", "--seed", "0"],
+        "batch256-s1": ["--batch", "256", "--seed", "1"],
+        "model-l-s0": ["--model", "toy-l", "--seed", "0"],
+        "model-l-s1": ["--model", "toy-l", "--seed", "1"],
+        "gen4-s0": ["--group", "4", "--seed", "0"],
+        "gen16-s0": ["--group", "16", "--seed", "0"],
+    },
 }
 
 
-def finished(name: str) -> bool:
+def flags_of(name: str) -> list[str]:
+    """A run's flags; "2x" means twice the toy preset's value of that flag."""
+    import config
+    flags = next(part[name] for part in PARTS.values() if name in part)
+    return [str(2 * config.TOY[flags[i - 1].removeprefix("--")]) if f == "2x" else f for i, f in enumerate(flags)]
+
+
+def records(name: str) -> list[dict]:
     path = os.path.join(LOG_DIR, f"{name}.jsonl")
     if not os.path.exists(path):
-        return False
-    records = [json.loads(line) for line in open(path) if line.strip().startswith("{") and line.strip().endswith("}")]
-    config = next((r for r in records if r["kind"] == "config"), {})
-    return any(r["kind"] == "eval" and r["step"] == config.get("max_steps") for r in records)
+        return []
+    return [json.loads(line) for line in open(path) if line.strip().startswith("{") and line.strip().endswith("}")]
+
+
+def finished(name: str) -> bool:
+    recs = records(name)
+    config = next((r for r in recs if r["kind"] == "config"), {})
+    return any(r["kind"] == "eval" and r["step"] == config.get("max_steps") for r in recs)
 
 
 def run(name: str, core: int | None = None) -> bool:
     """Run (or resume) one training run; True when it finished. With `core`, the run is pinned to that CPU core
     (torch and vLLM's OpenMP threads), so that two runs share a 2-core machine without fighting."""
     path = os.path.join(LOG_DIR, f"{name}.jsonl")
-    cmd = [sys.executable, "train.py", *RUNS[name], "--run_name", name, "--log_dir", LOG_DIR]
+    cmd = [sys.executable, "train.py", *flags_of(name), "--run_name", name, "--log_dir", LOG_DIR]
     if glob.glob(os.path.join(OUT_DIR, name, "ckpt-[0-9]*[0-9]")):
         cmd.append("--resume")
     else:  # killed before its first checkpoint: start over rather than append a second run to the log
@@ -63,88 +95,126 @@ def run(name: str, core: int | None = None) -> bool:
         env.update(OMP_NUM_THREADS="1", VLLM_CPU_OMP_THREADS_BIND=str(core))
     print(f"study: {' '.join(cmd[1:])}" + (f" (core {core})" if core is not None else ""), flush=True)
     with open(os.path.join(LOG_DIR, f"{name}.out"), "a") as out:
+        cmd = ["taskset", "-c", str(core), *cmd] if core is not None and shutil.which("taskset") else cmd
         status = subprocess.run(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT).returncode
     if status != 0:
         print(f"study: {name} failed with exit status {status}; see {LOG_DIR}/{name}.out", file=sys.stderr)
     return status == 0
 
 
-def fit(margin: float = 0.02):
-    """fit_curve over every log: the full fit (A, B, C_mid with bootstrap CIs, seed spread) and the fit on the
-    first half of each run's compute checked against the second half (the figure, like the paper's Fig. 2).
-    Each leave-one-out row is then classified against the default's 3 seeds as the paper does (§4): A above or
-    below their mean by more than the margin, else the same A and the slope B at a common A decides."""
-    logs = [os.path.join(LOG_DIR, f"{n}.jsonl") for n in RUNS if os.path.exists(os.path.join(LOG_DIR, f"{n}.jsonl"))]
-    fc = [sys.executable, "fit_curve.py", *logs, "--margin", str(margin)]
-    show = lambda extra: print((lambda p: p.stdout + p.stderr)(  # noqa: E731
-        subprocess.run(fc + extra, cwd=ROOT, capture_output=True, text=True)))
-    show([])
-    show(["--fit-fraction", "0.5", "--bootstrap", "0", "--plot", os.path.join(ROOT, "study.png")])
-    as_json = lambda extra: [json.loads(line) for line in subprocess.run(  # noqa: E731
-        fc + ["--json", *extra], cwd=ROOT, capture_output=True, text=True).stdout.splitlines()]
-    rows = sorted(as_json([]), key=lambda r: list(RUNS).index(r["run"]) if r["run"] in RUNS else len(RUNS))
-    halves = {r["run"]: r for r in as_json(["--fit-fraction", "0.5", "--bootstrap", "0"])}
-    with open(os.path.join(LOG_DIR, "fits.json"), "w") as f:  # not .jsonl: `fit_curve.py logs/study/*.jsonl`
-        json.dump(rows, f, indent=1)
-    default = [r for r in rows if r["run"].startswith("default-")]
-    A_def = sum(r["A"] for r in default) / max(len(default), 1)
-    B_seeds, C_seeds = [r["B_at_A_common"] for r in default], [r["C_mid"] for r in default]
+def progress(names: list[str], stop: threading.Event, every_s: float = 60.0):
+    """One line a minute: each unfinished run's last step and last evaluation."""
+    t0 = time.time()
+    while not stop.wait(every_s):
+        parts = []
+        for name in names:
+            recs = records(name)
+            if not recs or finished(name):
+                continue
+            train = [r for r in recs if r["kind"] == "train"]
+            evals = [r for r in recs if r["kind"] == "eval"]
+            config = next((r for r in recs if r["kind"] == "config"), {})
+            parts.append(f"{name} step {train[-1]['step'] if train else 0}/{config.get('max_steps', '?')}"
+                         + (f" pass {evals[-1]['pass_rate']:.3f}" if evals else ""))
+        done = sum(finished(n) for n in names)
+        print(f"study: {time.time() - t0:.0f}s, {done}/{len(names)} done; " + "; ".join(parts), flush=True)
+
+
+def fit_curve(logs: list[str], *extra: str) -> list[dict]:
+    proc = subprocess.run([sys.executable, "fit_curve.py", *logs, "--json", *extra], cwd=ROOT, capture_output=True,
+                          text=True)
+    return [json.loads(line) for line in proc.stdout.splitlines()]
+
+
+def fit(part: str, margin: float = 0.02):
+    """Fits of this part's runs and the default's seeds: A, B, C_mid with bootstrap intervals (fit_curve.py), the
+    fit on the first half of each run's compute checked against its last evaluation, and a verdict against
+    the reference seeds as the paper compares recipes (§4): A beyond the margin first, else B and C_mid against
+    the seeds' range. The LOO rows are judged against the default at their own staleness (stale-s*)."""
+    ref = [n for n in (PARTS["loo"] if part == "loo" else SEEDS) if n.startswith(("default-", "stale-"))]
+    names = [n for n in dict.fromkeys([*ref, *PARTS[part]]) if records(n)]
+    logs = [os.path.join(LOG_DIR, f"{n}.jsonl") for n in names]
+    if not logs:
+        print(f"study: no logs for part {part} yet")
+        return
+    rows = {r["run"]: r for r in fit_curve(logs, "--margin", str(margin))}
+    halves = {r["run"]: r for r in fit_curve(logs, "--fit-fraction", "0.5", "--bootstrap", "0")}
+    with open(os.path.join(LOG_DIR, f"{part}-fits.json"), "w") as f:  # not .jsonl: fit_curve.py logs/study/*.jsonl
+        json.dump(list(rows.values()), f, indent=1)
+    seeds = [rows[n] for n in ref if n in rows]
+    A_ref = sum(r["A"] for r in seeds) / max(len(seeds), 1)
+
+    def against(name, value, values, sign):  # sign +1: higher is better (B); -1: lower is better (C_mid)
+        if not values or min(values) <= value <= max(values):
+            return f"{name} within the seeds' range"
+        return f"{name} " + ("better" if sign * (value - sum(values) / len(values)) > 0 else "worse")
 
     def verdict(r):
-        if r["run"].startswith("default-") or not default:
-            return "ScaleRL (default)"
-        if r["A"] > A_def + margin:
-            return "higher A"
-        if r["A"] < A_def - margin:
-            return "lower A"
-        return "same A; " + against("B", r["B_at_A_common"], B_seeds, +1) + "; " + \
-            against("C_mid", r["C_mid"], C_seeds, -1)
+        if r["run"] in ref:
+            return "reference"
+        if abs(r["A"] - A_ref) > margin:
+            return "higher A" if r["A"] > A_ref else "lower A"
+        return "same A; " + against("B", r["B_at_A_common"], [s["B_at_A_common"] for s in seeds], +1) + "; " + \
+            against("C_mid", r["C_mid"], [s["C_mid"] for s in seeds], -1)
 
-    def against(name, value, seeds, sign):  # sign +1: higher is better (B); -1: lower is better (C_mid)
-        if min(seeds) <= value <= max(seeds):
-            return f"{name} within the seeds' range"
-        return f"{name} " + ("better" if sign * (value - sum(seeds) / len(seeds)) > 0 else "worse")
-
-    lines = ["| run | flags | A | A 95% CI | B at common A | C_mid (device-h) | R² | verdict vs ScaleRL | final pass "
-             "rate | predicted from first half | error |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        last = (halves.get(r["run"], {}).get("extrapolation") or [{}])[-1]
-        ci = r.get("A_ci") or [float("nan")] * 2
-        lines.append(f"| {r['run']} | `{' '.join(RUNS.get(r['run'], []))}` | {r['A']:.3f} | [{ci[0]:.3f}, {ci[1]:.3f}] | "
-                     f"{r['B_at_A_common']:.2f} | {r['C_mid']:.3g} | {r['r2']:.3f} | {verdict(r)} | "
-                     f"{last.get('actual', float('nan')):.3f} | {last.get('predicted', float('nan')):.3f} | "
-                     f"{last.get('error', float('nan')):+.3f} |")
-    lines.append(f"\nCommon A (mean over all runs) {rows[0]['A_common']:.3f}; default seeds: A mean {A_def:.3f}, "
-                 f"B at common A {', '.join(f'{b:.2f}' for b in B_seeds)}, C_mid "
-                 f"{', '.join(f'{c:.3g}' for c in C_seeds)}; margin {margin}. Verdicts: A beyond the margin first, "
-                 f"then B (higher is better) and C_mid (lower is better) against the range of the default's seeds.")
-    with open(os.path.join(LOG_DIR, "table.md"), "w") as f:
+    lines = ["| run | flags | A [95% CI] | B [95% CI] | C_mid device-h [95% CI] | R² | verdict | last eval ± s.e. | "
+             "predicted from first half | error |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for name in names:
+        r = rows.get(name)
+        if r is None:
+            continue
+        last = (halves.get(name, {}).get("extrapolation") or [{}])[-1]
+        evals = [e for e in records(name) if e["kind"] == "eval"]
+        se = evals[-1].get("pass_rate_se", float("nan")) if evals else float("nan")
+        ci = {k: r.get(f"{k}_ci") or [float("nan")] * 2 for k in ("A", "B", "C_mid")}
+        lines.append(
+            f"| {name} | `{' '.join(flags_of(name))}` | {r['A']:.3f} [{ci['A'][0]:.3f}, {ci['A'][1]:.3f}] | "
+            f"{r['B']:.2f} [{ci['B'][0]:.2f}, {ci['B'][1]:.2f}] | {r['C_mid']:.3g} [{ci['C_mid'][0]:.3g}, "
+            f"{ci['C_mid'][1]:.3g}] | {r['r2']:.3f} | {verdict(r)} | {last.get('actual', float('nan')):.3f} ± {se:.3f} "
+            f"| {last.get('predicted', float('nan')):.3f} | {last.get('error', float('nan')):+.3f} |")
+    lines.append(f"\nReference: {', '.join(ref)} (A mean {A_ref:.3f}); margin {margin}. Verdicts: A beyond the margin "
+                 "first, then B at the common A (higher is better) and C_mid (lower is better) against the reference "
+                 "seeds' range.")
+    with open(os.path.join(LOG_DIR, f"{part}.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
+    plots = {f"study-{part}.png": logs}
+    if part == "axes":  # one figure per axis: the reference seeds and that axis's runs
+        for axis in dict.fromkeys(n.split("-")[0] for n in PARTS["axes"]):
+            plots[f"study-axis-{axis}.png"] = [os.path.join(LOG_DIR, f"{n}.jsonl") for n in names
+                                               if n in ref or n.startswith(axis + "-")]
+    for png, files in plots.items():
+        subprocess.run([sys.executable, "fit_curve.py", *files, "--fit-fraction", "0.5", "--bootstrap", "0",
+                        "--plot", os.path.join(ROOT, png)], cwd=ROOT, capture_output=True)
 
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--runs", default=",".join(RUNS), help="comma-separated names from RUNS (default: all)")
+    ap.add_argument("--part", choices=list(PARTS), default="seeds", help="which runs (default: seeds)")
+    ap.add_argument("--runs", default="", help="comma-separated names from the part (default: all of it)")
     ap.add_argument("--fit_only", action="store_true", help="skip training; fit the logs that exist")
     ap.add_argument("--jobs", type=int, default=1, choices=[1, 2],
                     help="runs at a time; 2 pins each run to its own core (on 2 cores: more runs per hour, and "
                          "every run sees the same 1-core machine, so their device-hours stay comparable)")
     args = ap.parse_args()
-    names = [n for n in args.runs.split(",") if n]
-    unknown = [n for n in names if n not in RUNS]
+    names = [n for n in args.runs.split(",") if n] or list(PARTS[args.part])
+    unknown = [n for n in names if n not in PARTS[args.part]]
     if unknown:
-        print(f"error: unknown runs {unknown}; choose from {', '.join(RUNS)}", file=sys.stderr)
+        print(f"error: unknown runs {unknown} in part {args.part}; choose from {', '.join(PARTS[args.part])}",
+              file=sys.stderr)
         sys.exit(2)
     ok = True
     if not args.fit_only:
         os.makedirs(LOG_DIR, exist_ok=True)
         todo = [n for n in names if not finished(n)]
+        stop = threading.Event()
+        threading.Thread(target=progress, args=(todo, stop), daemon=True).start()
         if args.jobs == 1:
             ok = all([run(n) for n in todo])
         else:  # worker j always uses core j
             with ThreadPoolExecutor(args.jobs) as pool:
                 lanes = [todo[j::args.jobs] for j in range(args.jobs)]
                 ok = all(pool.map(lambda j: all([run(n, core=j) for n in lanes[j]]), range(args.jobs)))
-    fit()
+        stop.set()
+    fit(args.part)
     sys.exit(0 if ok else 1)

@@ -1,8 +1,10 @@
-"""Shared fixtures: the toy model (built once into out/, where train.py also finds it) and in-process vLLM
-engines, one per engine configuration, shared by the whole test session (start-up costs seconds)."""
+"""Shared fixtures: the toy model (built once into OUT, a folder outside the repository that every test run of
+train.py uses as its --out_dir) and in-process vLLM engines, one per engine configuration, shared by the whole
+test session (start-up costs seconds)."""
 import os
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -12,11 +14,17 @@ os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
 import config  # noqa: E402
 import data  # noqa: E402
+import rollouts  # noqa: E402
+import toy  # noqa: E402
+
+# train.py's --out_dir in every test: the toy model is cached there across sessions, run folders are removed;
+# never the repository's own out/
+OUT = os.path.join(tempfile.gettempdir(), "scalerl-tests-out")
 
 
 @pytest.fixture(scope="session")
 def toy_path():
-    return data.build_toy_model(os.path.join(ROOT, "out"))
+    return toy.build_toy_model(OUT)
 
 
 @pytest.fixture(scope="session")
@@ -31,14 +39,15 @@ _engines = {}
 @pytest.fixture(scope="session")
 def make_generator(toy_path, tokenizer):
     """make_generator(*flags) -> a Generator for the toy with those flags, built once per distinct flags.
-    Tests may change cfg fields the engine does not depend on (budgets, group, k) on the returned object."""
+    Tests may swap gen.cfg for a dataclasses.replace of it with other budgets (the engine reads them per request)."""
     import generate
 
     def make(*flags, path=None):
         key = (flags, path)
         if key not in _engines:
             cfg = config.parse_args(list(flags))
-            _engines[key] = generate.Generator(cfg, path or toy_path, tokenizer, "cpu")
+            _engines[key] = generate.Generator(cfg, path or toy_path, tokenizer, "cpu",
+                                               prefix_caching=not rollouts.SCHEDULES[cfg.mode].updates_in_flight)
         return _engines[key]
     yield make
     _engines.clear()
@@ -49,9 +58,6 @@ def toy_rows(tokenizer):
     cfg = config.parse_args([])
     train, val, grade = data.load_task(cfg, tokenizer)
     return train, val, grade
-
-
-OUT = os.path.join(ROOT, "out")  # train.py's default out_dir: the toy model is cached there
 
 
 @pytest.fixture
@@ -69,8 +75,15 @@ def run_name(request):
         shutil.rmtree(os.path.join(OUT, name), ignore_errors=True)
 
 
+def train_cmd(*args, env=None) -> list[str]:
+    """train.py with --out_dir OUT unless given; through tests/faults.py when env plants a fault."""
+    script = "tests/faults.py" if any(k.startswith("SCALERL_FAULT_") for k in env or {}) else "train.py"
+    out = [] if any(a == "--out_dir" or a.startswith("--out_dir=") for a in args) else ["--out_dir", OUT]
+    return [os.path.join(ROOT, script), *args, *out]
+
+
 def run_train(*args, timeout=600, env=None, cwd=ROOT):
     """Run train.py as users do; returns the CompletedProcess (stdout+stderr in .stdout)."""
-    return subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), *args], cwd=cwd, timeout=timeout,
+    return subprocess.run([sys.executable, *train_cmd(*args, env=env)], cwd=cwd, timeout=timeout,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           env={**os.environ, **(env or {})})

@@ -5,13 +5,15 @@
 import random
 
 import data
+import rollouts
+import toy
 
 
 def test_toy_splits_are_fixed_and_disjoint():
-    train, val = data.toy_rows("train"), data.toy_rows("val")
-    assert len(train) == data.TOY_NUM_TRAIN and len(val) == data.TOY_NUM_VAL
+    train, val = toy.toy_rows("train"), toy.toy_rows("val")
+    assert len(train) == toy.TOY_NUM_TRAIN and len(val) == toy.TOY_NUM_VAL
     assert not {r["prompt"] for r in train} & {r["prompt"] for r in val}
-    assert data.toy_rows("val") == val  # the same every time
+    assert toy.toy_rows("val") == val  # the same every time
     for r in val[:50]:
         assert str(sum(map(int, r["prompt"].removeprefix("Add: ").split("+")))) == r["answer"]
 
@@ -19,22 +21,22 @@ def test_toy_splits_are_fixed_and_disjoint():
 def test_toy_solution_is_graded_correct_and_slips_are_wrong():
     rng = random.Random(0)
     for _ in range(200):
-        p = data.toy_problem(rng)
-        assert data.toy_reward(p["solution"], p["answer"]) == 1.0
-    slipped = [data.toy_problem(random.Random(i), slip_rate=1.0) for i in range(200)]
+        p = toy.toy_problem(rng)
+        assert toy.toy_reward(p["solution"], p["answer"]) == 1.0
+    slipped = [toy.toy_problem(random.Random(i), slip_rate=1.0) for i in range(200)]
     one_step = [p for p in slipped if p["prompt"].count("+") == 1]
-    assert one_step and all(data.toy_reward(p["solution"], p["answer"]) == -1.0 for p in one_step)
+    assert one_step and all(toy.toy_reward(p["solution"], p["answer"]) == -1.0 for p in one_step)
     # every running sum slips; slips can cancel over several steps, but rarely
-    assert sum(data.toy_reward(p["solution"], p["answer"]) == -1.0 for p in slipped) > 0.7 * len(slipped)
+    assert sum(toy.toy_reward(p["solution"], p["answer"]) == -1.0 for p in slipped) > 0.7 * len(slipped)
 
 
 def test_grader_reads_only_the_final_answer_after_thinking():
-    assert data.toy_reward("1+2=3 </think>\\boxed{3}", "3") == 1.0
-    assert data.toy_reward("\\boxed{3} still thinking", "3") == -1.0  # never closed its thinking
-    assert data.toy_reward("\\boxed{3} </think>\\boxed{4}", "3") == -1.0  # the answer inside thinking is ignored
-    assert data.toy_reward("</think>\\boxed{4} \\boxed{3}", "3") == -1.0  # hedging between answers is wrong
-    assert data.toy_reward("</think>\\boxed{3} so \\boxed{3}", "3") == 1.0  # repeating the answer is fine
-    assert data.toy_reward("", "3") == -1.0
+    assert toy.toy_reward("1+2=3 </think>\\boxed{3}", "3") == 1.0
+    assert toy.toy_reward("\\boxed{3} still thinking", "3") == -1.0  # never closed its thinking
+    assert toy.toy_reward("\\boxed{3} </think>\\boxed{4}", "3") == -1.0  # the answer inside thinking is ignored
+    assert toy.toy_reward("</think>\\boxed{4} \\boxed{3}", "3") == -1.0  # hedging between answers is wrong
+    assert toy.toy_reward("</think>\\boxed{3} so \\boxed{3}", "3") == 1.0  # repeating the answer is fine
+    assert toy.toy_reward("", "3") == -1.0
 
 
 def test_tokenizer_and_chat_template(tokenizer):
@@ -52,7 +54,7 @@ def _rows(n):
 
 
 def test_sampler_covers_every_prompt_once_per_epoch():
-    s = data.PromptSampler(_rows(10), seed=3, npr=True, npr_threshold=0.9)
+    s = rollouts.PromptSampler(_rows(10), seed=3, npr=True, npr_threshold=0.9)
     first = [i for i, _ in s.draw(10)]
     second = [i for i, _ in s.draw(10)]
     assert sorted(first) == sorted(second) == list(range(10))
@@ -62,7 +64,7 @@ def test_sampler_covers_every_prompt_once_per_epoch():
 
 
 def test_npr_retires_easy_prompts_from_later_epochs_only():
-    s = data.PromptSampler(_rows(10), seed=0, npr=True, npr_threshold=0.9)
+    s = rollouts.PromptSampler(_rows(10), seed=0, npr=True, npr_threshold=0.9)
     epoch0 = [i for i, _ in s.draw(4)]
     s.record(epoch0[0], 15 / 16)  # >= 0.9: retired
     s.record(epoch0[1], 0.0)      # all wrong: zero-variance filtering drops it from the loss, NPR keeps it
@@ -75,24 +77,24 @@ def test_npr_retires_easy_prompts_from_later_epochs_only():
 
 
 def test_npr_off_keeps_every_prompt():
-    s = data.PromptSampler(_rows(4), seed=0, npr=False, npr_threshold=0.9)
+    s = rollouts.PromptSampler(_rows(4), seed=0, npr=False, npr_threshold=0.9)
     for i, _ in s.draw(4):
         s.record(i, 1.0)
     assert sorted(i for i, _ in s.draw(4)) == [0, 1, 2, 3]
 
 
 def test_sampler_state_round_trips():
-    a = data.PromptSampler(_rows(7), seed=1, npr=True, npr_threshold=0.9)
+    a = rollouts.PromptSampler(_rows(7), seed=1, npr=True, npr_threshold=0.9)
     a.draw(9)
     a.record(3, 1.0)
-    b = data.PromptSampler(_rows(7), seed=1, npr=True, npr_threshold=0.9)
+    b = rollouts.PromptSampler(_rows(7), seed=1, npr=True, npr_threshold=0.9)
     b.load_state_dict(a.state_dict(pending=[5, 6]))  # drawn but not trained on: served first after a resume
     assert [i for i, _ in b.draw(2)] == [5, 6]
     assert [i for i, _ in a.draw(20)] == [i for i, _ in b.draw(20)]
 
 
 def test_ranks_share_every_global_draw():
-    whole = data.PromptSampler(_rows(10), seed=2, npr=True, npr_threshold=0.9).draw(12)
-    ranks = [data.PromptSampler(_rows(10), seed=2, npr=True, npr_threshold=0.9).draw(12, rank, 3) for rank in range(3)]
+    whole = rollouts.PromptSampler(_rows(10), seed=2, npr=True, npr_threshold=0.9).draw(12)
+    ranks = [rollouts.PromptSampler(_rows(10), seed=2, npr=True, npr_threshold=0.9).draw(12, rank, 3) for rank in range(3)]
     assert sorted(d for r in ranks for d in r) == sorted(whole)  # the same global batch, split three ways
     assert all(len(r) == 4 for r in ranks)

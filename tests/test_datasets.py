@@ -10,7 +10,7 @@ import pytest
 
 import config
 import data
-from conftest import ROOT, run_train
+from conftest import OUT, ROOT, run_train
 
 FIXTURES = os.path.join(ROOT, "tests", "fixtures")
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
@@ -29,7 +29,7 @@ def test_local_file_trains_end_to_end(tmp_path, toy_path, run_name, name):
     train = [r for r in records if r["kind"] == "train"]
     assert len(train) == 1 and train[0]["grad_norm"] > 0  # graded rewards differed: a real optimizer step
     assert 0 < train[0]["pass_rate_train"] < 1
-    dump = os.path.join(ROOT, "out", run, "rollouts", "step_000001.jsonl")
+    dump = os.path.join(OUT, run, "rollouts", "step_000001.jsonl")
     rows = [json.loads(line) for line in open(dump)]
     assert len(rows) == 64
     assert rows[0]["prompt"].startswith("<|user|>Add: ") and data.MATH_INSTRUCTION in rows[0]["prompt"]

@@ -243,3 +243,13 @@ def test_imports_no_torch():
     subprocess.run([sys.executable, "-c", "import sys, fit_curve; "
                     "assert 'torch' not in sys.modules and 'matplotlib' not in sys.modules"],
                    cwd=REPO, check=True)
+
+
+def test_plot_without_matplotlib_is_one_line(tmp_path):
+    log = write_log(tmp_path / "run.jsonl", *TABLE1["scalerl"])
+    code = ("import sys, runpy; sys.modules['matplotlib'] = None; "
+            f"sys.argv = ['fit_curve.py', {str(log)!r}, '--plot', {str(tmp_path / 'c.png')!r}]; "
+            "runpy.run_path('fit_curve.py', run_name='__main__')")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.strip() == "error: --plot needs matplotlib (pip install matplotlib)"
+    assert not (tmp_path / "c.png").exists()

@@ -2,13 +2,14 @@
 
     python -m pytest tests/test_generate.py -q
 """
+import dataclasses
 import random
 
 import pytest
 import torch
 
 import data
-import generate
+import rollouts
 
 
 def trainer_logprobs(model, prompt_ids, completion_ids):
@@ -86,13 +87,12 @@ def test_weight_sync_after_an_optimizer_step(make_generator, toy_path, tokenizer
 def test_interruption_injects_masked_phrase_and_grades_the_answer(make_generator, toy_rows):
     gen = make_generator("--mode", "sync")
     cfg = gen.cfg
-    saved = (cfg.think_min_tokens, cfg.think_max_tokens)
-    cfg.think_min_tokens = cfg.think_max_tokens = 6  # far shorter than any scratchpad here
+    gen.cfg = dataclasses.replace(cfg, think_min_tokens=6, think_max_tokens=6)  # far shorter than any scratchpad
     try:
         row = next(r for r in toy_rows[1] if r["prompt"].count("+") >= 3)
         group = _sample(gen, row, "interrupt", n=8)
     finally:
-        cfg.think_min_tokens, cfg.think_max_tokens = saved
+        gen.cfg = cfg
     phrase = gen.phrase_ids
     for s in group.samples:
         if not s.interrupted:  # the model closed its thinking (or ended) within 6 tokens
@@ -134,13 +134,13 @@ def test_pipeline_lag_is_bounded_and_updates_land_in_flight(make_generator, toy_
     restore((gen, toy_path))
     assert not gen.prefix_caching  # in flight across updates: no stale prefix-cache hits possible
     train, _, grade = toy_rows
-    sampler = data.PromptSampler(train, seed=0, npr=False, npr_threshold=0.9)
-    rollouts = generate.Rollouts(gen, sampler, grade, gen.cfg)
+    sampler = rollouts.PromptSampler(train, seed=0, npr=False, npr_threshold=0.9)
+    batches = rollouts.Rollouts(gen, sampler, grade, gen.cfg)
     model = AutoModelForCausalLM.from_pretrained(toy_path, dtype=torch.float32)
     spanning, lags = 0, []
     for step in range(8):
         gen.min_tokens = 40 if step % 3 == 1 else 0  # now and then a batch of long completions: stragglers
-        batch = rollouts.next_batch()
+        batch = batches.next_batch()
         assert len(batch) == gen.cfg.prompts_per_step
         for g in batch:
             lag = gen.version - g.first_version()
@@ -163,8 +163,8 @@ def test_evaluate_reports_a_pass_rate(make_generator, toy_rows):
     gen = make_generator("--mode", "sync")
     _, val, grade = toy_rows
     cfg = gen.cfg
-    result = generate.evaluate(gen, val[:20], cfg, grade)
+    result = rollouts.evaluate(gen, val[:20], cfg, grade)
     assert result["samples"] == 20 * cfg.eval_samples
     assert 0 < result["correct"] < result["samples"]
-    assert result == generate.evaluate(gen, val[:20], cfg, grade)  # same seeds, same weights, same result
-    assert generate.evaluate(gen, [], cfg, grade)["samples"] == 0  # a rank with no eval prompts
+    assert result == rollouts.evaluate(gen, val[:20], cfg, grade)  # same seeds, same weights, same result
+    assert rollouts.evaluate(gen, [], cfg, grade)["samples"] == 0  # a rank with no eval prompts

@@ -12,7 +12,7 @@ import time
 
 import torch
 
-from conftest import OUT, ROOT, run_train
+from conftest import OUT, ROOT, run_train, train_cmd
 
 SYNC = ["--mode", "sync", "--batch", "32", "--group", "8", "--eval_every", "-1"]
 
@@ -24,7 +24,7 @@ def log_records(log_dir, name, kind="train"):
 
 def torchrun(*args, env=None, timeout=600):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           os.path.join(ROOT, "train.py"), *args]
+           *train_cmd(*args, env=env)]
     return subprocess.run(cmd, cwd=ROOT, timeout=timeout, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           env={**os.environ, **(env or {})})
 
@@ -32,9 +32,9 @@ def torchrun(*args, env=None, timeout=600):
 def test_two_ranks_train_the_same_global_batch_as_one(tmp_path, toy_path, run_name):
     """torchrun --nproc_per_node 2 on CPU (gloo): one log, and the same prompts, loss and gradient as one rank."""
     common = [*SYNC, "--max_steps", "1", "--save_every", "-1", "--log_dir", str(tmp_path), "--dtype", "float32"]
-    one = run_train(*common, "--run_name", "one", env={"SCALERL_TEST_GRAD_FILE": str(tmp_path / "one.pt")})
+    one = run_train(*common, "--run_name", "one", env={"SCALERL_FAULT_GRAD_FILE": str(tmp_path / "one.pt")})
     assert one.returncode == 0, one.stdout[-3000:]
-    two = torchrun(*common, "--run_name", "two", env={"SCALERL_TEST_GRAD_FILE": str(tmp_path / "two.pt")})
+    two = torchrun(*common, "--run_name", "two", env={"SCALERL_FAULT_GRAD_FILE": str(tmp_path / "two.pt")})
     assert two.returncode == 0, two.stdout[-3000:]
     assert sorted(os.listdir(tmp_path)) == ["one.jsonl", "one.pt", "two.jsonl", "two.pt"]  # one log per run
     config = [json.loads(line) for line in open(tmp_path / "two.jsonl")][0]
@@ -53,7 +53,7 @@ def test_gradient_does_not_depend_on_micro_batches(tmp_path, toy_path):
     for budget in ("64", "8192"):
         proc = run_train(*SYNC, "--max_steps", "1", "--save_every", "-1", "--dtype", "float32", "--micro_batch_tokens",
                          budget, "--run_name", f"mb{budget}", "--log_dir", str(tmp_path),
-                         env={"SCALERL_TEST_GRAD_FILE": str(tmp_path / f"{budget}.pt")})
+                         env={"SCALERL_FAULT_GRAD_FILE": str(tmp_path / f"{budget}.pt")})
         assert proc.returncode == 0, proc.stdout[-3000:]
         grads[budget] = torch.load(tmp_path / f"{budget}.pt")
     a, b = grads["64"], grads["8192"]
@@ -89,7 +89,7 @@ def test_resume_after_sigkill_continues_as_if_never_stopped(tmp_path, toy_path, 
     proc = run_train(*args, "--run_name", straight)
     assert proc.returncode == 0, proc.stdout[-3000:]
 
-    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "train.py"), *args, "--run_name", crash], cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, *train_cmd(*args, "--run_name", crash)], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     log = tmp_path / f"{crash}.jsonl"
     _wait_for(lambda: os.path.isdir(os.path.join(OUT, crash, "ckpt-000003")), proc)
@@ -135,7 +135,7 @@ def test_non_finite_step_is_skipped_then_the_run_stops(tmp_path, toy_path, run_n
     from safetensors.torch import load_file
     args = [*SYNC, "--log_dir", str(tmp_path), "--save_every", "1", "--keep_checkpoints", "10"]
     nan1, nan2 = run_name("nan1"), run_name("nan2")
-    ok = run_train(*args, "--max_steps", "3", "--run_name", nan1, env={"SCALERL_TEST_NAN_STEPS": "2"})
+    ok = run_train(*args, "--max_steps", "3", "--run_name", nan1, env={"SCALERL_FAULT_NAN_STEPS": "2"})
     assert ok.returncode == 0, ok.stdout[-3000:]
     train = log_records(tmp_path, nan1)
     assert [r["skipped"] for r in train] == [False, True, False]
@@ -148,7 +148,7 @@ def test_non_finite_step_is_skipped_then_the_run_stops(tmp_path, toy_path, run_n
     assert all(torch.equal(o1["state"][k]["exp_avg"], o2["state"][k]["exp_avg"]) for k in o1["state"])
 
     bad = run_train(*args, "--max_steps", "8", "--max_bad_steps", "3", "--run_name", nan2,
-                    env={"SCALERL_TEST_NAN_STEPS": "3,4,5"})
+                    env={"SCALERL_FAULT_NAN_STEPS": "3,4,5"})
     assert bad.returncode == 3, bad.stdout[-3000:]
     assert "3 consecutive steps with a non-finite" in bad.stdout and "Traceback" not in bad.stdout
     assert [r["step"] for r in log_records(tmp_path, nan2)] == [1, 2, 3, 4, 5]
@@ -161,7 +161,7 @@ def test_non_finite_step_is_skipped_then_the_run_stops(tmp_path, toy_path, run_n
 def test_engine_failure_ends_the_run_cleanly(tmp_path, toy_path, run_name):
     name = run_name()
     proc = run_train(*SYNC, "--max_steps", "4", "--save_every", "1", "--log_dir", str(tmp_path), "--run_name", name,
-                     env={"SCALERL_TEST_ENGINE_FAIL_STEP": "3"})
+                     env={"SCALERL_FAULT_ENGINE_STEP": "3"})
     assert proc.returncode == 4, proc.stdout[-3000:]
     assert "generation failed at step 3" in proc.stdout and "Traceback" not in proc.stdout
     records = [json.loads(line) for line in open(tmp_path / f"{name}.jsonl")]

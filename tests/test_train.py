@@ -62,8 +62,7 @@ def read_log(path):
 
 
 def test_toy_run_writes_the_log_fit_curve_reads(tmp_path, toy_path):
-    proc = run_train(*SMALL, "--max_steps", "4", "--run_name", "e2e", "--log_dir", str(tmp_path),
-                     "--out_dir", os.path.join(ROOT, "out"))
+    proc = run_train(*SMALL, "--max_steps", "4", "--run_name", "e2e", "--log_dir", str(tmp_path))
     assert proc.returncode == 0, proc.stdout[-3000:]
     records = read_log(tmp_path / "e2e.jsonl")
     assert records[0]["kind"] == "config" and records[0]["run_name"] == "e2e"
@@ -79,6 +78,10 @@ def test_toy_run_writes_the_log_fit_curve_reads(tmp_path, toy_path):
     assert train[-1]["samples"] == 4 * 32
     assert all(0 <= r["pass_rate"] <= 1 for r in evals)
     assert "Traceback" not in proc.stdout
+    # the start-up lines say what the toy preset set, and not what was typed (--batch, --group)
+    preset = next(ln for ln in proc.stdout.splitlines() if ln.startswith("toy preset (flags you type win): "))
+    assert "--lr 3e-05" in preset and "--group" not in preset and "--batch" not in preset
+    assert "4 prompts x 8 = 32 completions per step" in proc.stdout
 
 
 @pytest.mark.parametrize("loss,agg,norm,mode", [
@@ -94,3 +97,45 @@ def test_recipe_variants_train(tmp_path, toy_path, loss, agg, norm, mode):
     assert proc.returncode == 0, proc.stdout[-3000:]
     train = [r for r in read_log(tmp_path / f"{loss}-{agg}-{norm}.jsonl") if r["kind"] == "train"]
     assert len(train) == 2 and all(r["loss"] == r["loss"] for r in train)  # finite, not NaN
+
+
+def test_help_lists_every_flag_with_its_default_and_comment():
+    import dataclasses
+    import sys
+    sys.path.insert(0, ROOT)
+    import config
+    proc = run_train("--help", timeout=60)
+    assert proc.returncode == 0, proc.stdout
+    text = " ".join(proc.stdout.split())  # argparse wraps lines
+    for f in dataclasses.fields(config.Config):
+        assert f"--{f.name} " in text, f.name
+    assert "CISPO truncation of the IS weight" in text and "(default: 4.0)" in text  # the comment beside eps_max
+    assert "(default: 768; toy: 128)" in text  # --batch: the paper's value and the toy preset's
+
+
+def test_registries_are_the_only_place_to_add_a_choice():
+    """A loss (or a schedule) added to its registry is a valid --loss (--mode) with no other edit."""
+    code = ("import losses, rollouts; losses.LOSSES['mine'] = losses.cispo; "
+            "rollouts.SCHEDULES['mysched'] = rollouts.SCHEDULES['sync']; import config; "
+            "c = config.parse_args(['--loss', 'mine', '--mode', 'mysched', '--k', '1']); "
+            "print(c.loss, c.mode, sorted(losses.hyperparameters('mine', c)))")
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["mine", "mysched", "['eps_max']"]
+
+
+@pytest.mark.parametrize("flags,expect", [
+    (["--no-fp32-head"], {"fp32_head": False}),
+    (["--fp32_head", "false"], {"fp32_head": False}),
+    (["--loss-agg=sample"], {"loss_agg": "sample"}),
+    (["--length_penalty"], {"length_penalty": True, "interruptions": False}),  # the penalty replaces them
+    (["--mode", "sync"], {"k": 1}),
+    (["--model", "other", "--dry_run"], {"group": 16, "batch": 768}),  # no toy preset for other models
+])
+def test_flag_spellings_and_derived_defaults(flags, expect):
+    proc = run_train(*flags, "--dry_run", timeout=60)
+    assert proc.returncode == 0, proc.stdout
+    cfg = json.loads(proc.stdout)
+    assert {k: cfg[k] for k in expect} == expect

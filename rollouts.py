@@ -1,0 +1,230 @@
+"""What a step trains on: which prompts (the curriculum, with No-Positive-Resampling), their graded groups,
+and when they were generated relative to the weights (the off-policy schedules, paper §3.1).
+
+    rollouts = Rollouts(gen, sampler, grade, cfg, rank, world)
+    groups = rollouts.next_batch()        # one step's graded groups, per cfg.mode
+
+Three ideas of the paper live here, each in one place:
+  * No-Positive-Resampling (§3.2(d)): PromptSampler records every graded group's pass rate (gathered from
+    every rank) and retires prompts that pass at >= npr_threshold from later epochs.
+  * The schedules (§3.1), one function each in SCHEDULES, the table a fork adds to. Off-policyness is
+    bounded by k, defined exactly as
+        lag(group) = (policy version being trained) - (oldest version that sampled any of its first tokens)
+        every trained group has lag <= k - 1
+    so a trained completion's tokens come from at most k consecutive policy versions, and k = 1 is on-policy
+    in every schedule (version v = the weights after v optimizer steps).
+  * Rewards (A.3) and the DAPO length penalty (Eq. 9): grade_groups.
+"""
+import random
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch.distributed as dist
+
+from generate import Generator, Group, Progress
+
+
+class PromptSampler:
+    """Epochs over the training prompts, each in a fresh seeded order, with No-Positive-Resampling (paper
+    §3.2(d), Polaris): a prompt whose most recent group reached a pass rate >= npr_threshold is retired and
+    left out of every later epoch (not the current one, which has already drawn it).
+
+    "History" here is the pass rate of the prompt's most recent group of G completions: the policy keeps
+    changing, so an old average says less than the latest measurement, and once easy a prompt tends to stay
+    easy (paper §3.2). Prompts at pass rate 0 are never retired: zero-variance filtering only drops them from
+    the loss.
+
+    Every rank holds an identical copy: draws are global (rank r keeps every world-th prompt) and every
+    rank records every group's pass rate, so the global batch, its seeds and the curriculum do not depend on
+    the number of ranks. All state is plain data: checkpoints restore the exact data order and curriculum."""
+
+    def __init__(self, rows: list[dict], seed: int, npr: bool, npr_threshold: float):
+        self.rows, self.seed, self.npr, self.npr_threshold = rows, seed, npr, npr_threshold
+        self.epoch, self.pos, self.serial = 0, 0, 0
+        self.requeued: list[int] = []  # prompts drawn but never trained on (see Rollouts.pending): served first
+        self.retired: set[int] = set()
+        self.order = self._order()
+
+    def _order(self) -> list[int]:
+        order = [i for i in range(len(self.rows)) if i not in self.retired]
+        if not order:
+            raise RuntimeError(f"No-Positive-Resampling retired all {len(self.rows)} training prompts: "
+                               "the policy solves the whole training set (use --no_npr to keep sampling them)")
+        random.Random(self.seed * 1_000_003 + self.epoch).shuffle(order)
+        return order
+
+    def draw(self, n: int, rank: int = 0, world: int = 1) -> list[tuple[int, int]]:
+        """n global draws; this rank's share as (prompt index, serial). The serial numbers every draw of the
+        run and seeds that group's sampling."""
+        out = []
+        for _ in range(n):
+            if self.requeued:
+                idx = self.requeued.pop(0)
+            else:
+                if self.pos == len(self.order):
+                    self.epoch, self.pos = self.epoch + 1, 0
+                    self.order = self._order()
+                idx = self.order[self.pos]
+                self.pos += 1
+            if self.serial % world == rank:
+                out.append((idx, self.serial))
+            self.serial += 1
+        return out
+
+    def record(self, prompt_idx: int, pass_rate: float):
+        """NPR's decision: retire a prompt whose latest group passed at >= npr_threshold."""
+        if self.npr and pass_rate >= self.npr_threshold:
+            self.retired.add(prompt_idx)
+
+    def observe(self, groups: list) -> None:
+        """Record the pass rate of every group graded on any rank since the last call (a collective when
+        distributed: every rank calls it once per step), so that every rank's sampler stays identical."""
+        mine = [(g.prompt_idx, sum(s.correct for s in g.samples) / len(g.samples)) for g in groups]
+        everyone = [mine]
+        if dist.is_initialized() and dist.get_world_size() > 1:
+            everyone = [None] * dist.get_world_size()
+            dist.all_gather_object(everyone, mine)
+        for ranked in everyone:
+            for prompt_idx, pass_rate in ranked:
+                self.record(prompt_idx, pass_rate)
+
+    def state_dict(self, pending: list[int] = ()) -> dict:
+        """pending: prompts drawn but not trained on yet; they come first after a resume."""
+        return {"epoch": self.epoch, "pos": self.pos, "serial": self.serial, "order": self.order,
+                "requeued": list(pending) + self.requeued, "retired": sorted(self.retired)}
+
+    def load_state_dict(self, state: dict):
+        self.epoch, self.pos, self.serial = state["epoch"], state["pos"], state["serial"]
+        self.order, self.requeued = list(state["order"]), list(state["requeued"])
+        self.retired = set(state["retired"])
+
+
+
+# --- rewards -----------------------------------------------------------------------------------------------------
+def grade_groups(groups: list[Group], grade, cfg) -> list[Group]:
+    """Rewards: +1 correct, -1 otherwise (paper A.3), from grade(texts, answers). With --length_penalty, the
+    DAPO overlong penalty (Eq. 9) lowers correct completions longer than L_max - L_cache, down to -1."""
+    samples = [(s, g.answer) for g in groups for s in g.samples]
+    rewards = grade([s.text for s, _ in samples], [a for _, a in samples]) if samples else []
+    for (s, _), reward in zip(samples, rewards):
+        s.correct, s.reward = reward > 0, reward
+        if cfg.length_penalty and s.correct:  # L_max - L_cache = think_max; L_cache = answer_max
+            s.reward += min(0.0, max(-1.0, (cfg.think_max_tokens - len(s.token_ids)) / cfg.answer_max_tokens))
+    return groups
+
+
+# --- the schedules (paper §3.1): rollouts -> this rank's groups for one step --------------------------------------
+def sync(r: "Rollouts") -> list[Group]:
+    """On-policy: generate one step's groups with the current weights, wait for all of them, train."""
+    r.submit(r.cfg.prompts_per_step)
+    return r.generate_all()
+
+
+def ppo(r: "Rollouts") -> list[Group]:
+    """PPO-off-policy-k: generate k steps' worth with the current weights, then take k optimizer steps on them
+    one mini-batch at a time (the i-th is i versions stale)."""
+    if not r.queue:
+        r.submit(r.cfg.prompts_per_step * r.cfg.k)
+        r.queue = r.generate_all()
+    per_rank = r.cfg.prompts_per_step // r.world
+    batch, r.queue = r.queue[:per_rank], r.queue[per_rank:]
+    return batch
+
+
+def pipeline(r: "Rollouts") -> list[Group]:
+    """PipelineRL-k: the engine always has requests in flight. Train on the oldest finished groups as soon as
+    a step's worth is ready; the rest keep decoding across the weight update on their stale KV cache (in-flight
+    update). Up to two steps of prompts are in flight (one when k = 1). The lag bound is kept by waiting, as
+    the paper's trainers wait when k steps ahead: a group whose first token is k - 1 versions old must be in
+    this step's batch, so the step waits for it."""
+    cfg, gen = r.cfg, r.gen
+    need = cfg.prompts_per_step // r.world
+    if not gen.inflight() and not gen.finished and cfg.k > 1:
+        r.submit(cfg.prompts_per_step)  # the very first step also fills the second batch
+    r.submit(cfg.prompts_per_step)
+    oldest = gen.version - (cfg.k - 1)  # the oldest version a group trained now may start at
+
+    def due(g):
+        return g.first_version() is not None and g.first_version() <= oldest
+    bar = Progress(need, "generate")
+    while len(gen.finished) < need or any(due(g) for g in gen.inflight()):
+        gen.step()
+        bar.update(min(len(gen.finished), need))
+    bar.close()
+    ready = sorted(gen.finished, key=lambda g: (g.first_version(), g.serial))
+    batch = ready[:max(need, sum(map(due, ready)))]  # (more than a batch only if more than one is due)
+    return r.grade(gen.take({g.uid for g in batch}))
+
+
+@dataclass(frozen=True)
+class Schedule:
+    next_batch: Callable[["Rollouts"], list[Group]]
+    updates_in_flight: bool  # requests are running when weights change: the engine cannot use a prefix cache
+
+
+SCHEDULES = {
+    "pipeline": Schedule(pipeline, updates_in_flight=True),
+    "ppo": Schedule(ppo, updates_in_flight=False),
+    "sync": Schedule(sync, updates_in_flight=False),
+}
+
+
+class Rollouts:
+    """One batch of finished, graded groups per optimizer step, by the schedule cfg.mode. With several ranks
+    each rank generates its share of every global draw (PromptSampler.draw) and calls next_batch once per
+    step like every other rank, so the global batch is the same for any world size."""
+
+    def __init__(self, gen: Generator, sampler: PromptSampler, grade, cfg, rank: int = 0, world: int = 1):
+        self.gen, self.sampler, self.grade_fn, self.cfg, self.rank, self.world = gen, sampler, grade, cfg, rank, world
+        self.schedule = SCHEDULES[cfg.mode]
+        self.queue: list[Group] = []  # ppo: the rest of the k mini-batches, in draw order
+        self.graded: list[Group] = []  # graded since the last step: their pass rates go to NPR
+        self.t_grade = 0.0  # seconds spent grading in the last next_batch
+
+    def next_batch(self) -> list[Group]:
+        self.t_grade = 0.0
+        groups = self.schedule.next_batch(self)
+        self.sampler.observe(self.graded)  # NPR sees every rank's graded groups (a collective)
+        self.graded = []
+        return groups
+
+    def submit(self, n_global: int):
+        """Draw n_global prompts (this rank's share) and start cfg.group completions of each."""
+        for prompt_idx, serial in self.sampler.draw(n_global, self.rank, self.world):
+            row = self.sampler.rows[prompt_idx]
+            self.gen.submit(str(serial), prompt_idx, row["prompt_ids"], row["answer"], self.cfg.group, serial)
+
+    def generate_all(self) -> list[Group]:
+        """Every group in flight, finished and graded, in draw order (whatever order they finished in)."""
+        groups = self.gen.run_until_done({g.uid for g in self.gen.inflight()}, "generate")
+        return sorted(self.grade(groups), key=lambda g: g.serial)
+
+    def grade(self, groups: list[Group]) -> list[Group]:
+        t0 = time.time()
+        grade_groups(groups, self.grade_fn, self.cfg)
+        self.graded += groups
+        self.t_grade += time.time() - t0
+        return groups
+
+    def pending(self) -> list[tuple[int, int]]:
+        """(serial, prompt) of this rank's draws not trained on yet: in flight, finished, or queued."""
+        return [(g.serial, g.prompt_idx) for g in self.gen.inflight() + self.gen.finished + self.queue if g.serial >= 0]
+
+
+# --- evaluation (paper §2.1) ---------------------------------------------------------------------------------------
+def evaluate(gen: Generator, rows: list[dict], cfg, grade, first_index: int = 0, stride: int = 1) -> dict:
+    """Sums over these held-out prompts, eval_samples completions each (the paper's mean@16 is
+    correct / samples). Seeds come from each prompt's index in the whole validation set (rows[j] is number
+    first_index + j * stride), so every evaluation, on any number of ranks, samples alike: successive pass
+    rates differ by the policy only."""
+    uids = set()
+    for j, row in enumerate(rows):
+        uid = f"eval-{first_index + j * stride}"
+        gen.submit(uid, j, row["prompt_ids"], row["answer"], cfg.eval_samples)
+        uids.add(uid)
+    groups = gen.run_until_done(uids, "evaluate") if uids else []
+    samples = [s for g in groups for s in g.samples]
+    rewards = grade([s.text for s in samples], [g.answer for g in groups for _ in g.samples]) if samples else []
+    return {"correct": sum(r > 0 for r in rewards), "samples": len(samples),
+            "truncated": sum(s.truncated for s in samples), "completion_tokens": sum(len(s.token_ids) for s in samples)}

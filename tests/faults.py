@@ -1,0 +1,69 @@
+"""Fault injection for the tests, kept out of train.py: patches the functions train.py calls, then runs train.py
+as `python train.py` would. Used by conftest.run_train when a test passes SCALERL_FAULT_* variables:
+
+    SCALERL_FAULT_NAN_STEPS=2,3    the gradient and loss of these optimizer steps (1-based) are NaN
+    SCALERL_FAULT_GRAD_FILE=path   save the first step's global loss and full gradient there (rank 0)
+    SCALERL_FAULT_ENGINE_STEP=3    vLLM's engine raises during the generation of this step
+
+    python tests/faults.py <train.py flags>          (or under torchrun)
+"""
+import os
+import runpy
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import policy  # noqa: E402
+import rollouts  # noqa: E402
+
+nan_steps = {int(x) for x in os.environ.get("SCALERL_FAULT_NAN_STEPS", "").split(",") if x.strip()}
+grad_file = os.environ.get("SCALERL_FAULT_GRAD_FILE")
+engine_step = int(os.environ.get("SCALERL_FAULT_ENGINE_STEP", "0"))
+calls = {"backward": 0, "optimizer_step": 0, "next_batch": 0}
+
+backward, optimizer_step, next_batch = policy.backward, policy.optimizer_step, rollouts.Rollouts.next_batch
+
+
+def nan_backward(model, *args, **kwargs):
+    """A planted non-finite gradient: every gradient and the loss become NaN on the chosen steps."""
+    calls["backward"] += 1
+    sums = backward(model, *args, **kwargs)
+    if calls["backward"] in nan_steps:
+        for p in model.parameters():
+            if p.grad is not None:
+                p.grad.mul_(float("nan"))
+        sums["loss"] = float("nan")
+    return sums
+
+
+def saving_optimizer_step(model, optimizer, lr, grad_clip, loss, **kwargs):
+    """The first step's global loss and full gradient, to compare runs on different numbers of ranks or
+    micro-batches."""
+    import torch
+    import torch.distributed as dist
+    calls["optimizer_step"] += 1
+    if calls["optimizer_step"] == 1:
+        grads = {n: p.grad.full_tensor() for n, p in model.named_parameters() if p.grad is not None}
+        if dist.get_rank() == 0:
+            torch.save({"loss": loss, "grads": grads}, grad_file)
+    return optimizer_step(model, optimizer, lr, grad_clip, loss, **kwargs)
+
+
+def failing_next_batch(self):
+    calls["next_batch"] += 1
+    if calls["next_batch"] == engine_step:
+        def fail():
+            raise RuntimeError("injected engine failure (test)")
+        self.gen.engine.step = fail
+    return next_batch(self)
+
+
+if nan_steps:
+    policy.backward = nan_backward
+if grad_file:
+    policy.optimizer_step = saving_optimizer_step
+if engine_step:
+    rollouts.Rollouts.next_batch = failing_next_batch
+sys.argv = [os.path.join(ROOT, "train.py"), *sys.argv[1:]]
+runpy.run_path(sys.argv[0], run_name="__main__")

@@ -1,0 +1,174 @@
+"""The toy: a generated verifiable task, its tokenizer, and a tiny warm-started model, so that `python train.py`
+runs the whole loop on a laptop CPU with no download.
+
+    python toy.py                  # build the toy model (or find it cached) and print its folder
+
+The task (paper §2 in miniature): a sum of single-digit terms answered after a <think> scratchpad of
+running sums, e.g.
+
+    prompt      <|user|>Add: 7+5+9<|assistant|><think>
+    completion  7+5=12 12+9=21 </think>\\boxed{21}<|endoftext|>
+
+The model is a ~1M-parameter Qwen2 with a byte-level BPE tokenizer (digits split one per token), both built
+here, saved in Hugging Face format (so transformers and vLLM load them), and given a short supervised warm
+start so RL starts from a low but non-zero pass rate, as the paper starts RL from an SFT model.
+"""
+import hashlib
+import json
+import os
+import random
+import shutil
+import time
+
+from data import EOS, INTERRUPT_PHRASE, MATH_INSTRUCTION, THINK_END, THINK_START, format_prompt, final_answer
+
+# --- the task --------------------------------------------------------------------------------------------
+# Difficulty knobs. The number of terms sets the scratchpad length (about 10 tokens per running sum), so
+# completions vary 3x in length: the stragglers that PipelineRL is for (paper §3.1).
+TOY_MIN_TERMS, TOY_MAX_TERMS = 2, 6
+TOY_MAX_OPERAND = 9
+TOY_NUM_TRAIN, TOY_NUM_VAL = 4000, 1000  # prompts; validation is held out and never trained on
+TOY_SFT_STEPS, TOY_SFT_BATCH, TOY_SFT_LR = 300, 64, 2e-3  # supervised warm start (tuned for the base pass rate)
+# The warm start imitates sloppy traces: each running sum is off by 1-3 with this probability (and later sums
+# build on the slip), so the model learns the procedure but slips often, as an SFT model imitating imperfect
+# reasoning does. RL then has something real to fix: the reward is only for the right final answer.
+TOY_SFT_SLIP_RATE = 0.3
+
+
+def toy_problem(rng: random.Random, slip_rate: float = 0.0) -> dict:
+    """A sum of 2-6 terms; "solution" is a scratchpad of running sums, each slipping by 1-3 with slip_rate."""
+    terms = [rng.randint(1, TOY_MAX_OPERAND) for _ in range(rng.randint(TOY_MIN_TERMS, TOY_MAX_TERMS))]
+    steps, running = [], terms[0]
+    for t in terms[1:]:
+        result = running + t
+        if rng.random() < slip_rate:
+            result = max(0, result + rng.choice([-3, -2, -1, 1, 2, 3]))
+        steps.append(f"{running}+{t}={result}")
+        running = result
+    return {"prompt": "Add: " + "+".join(map(str, terms)), "answer": str(sum(terms)),
+            "solution": " ".join(steps) + f" {THINK_END}\\boxed{{{running}}}"}
+
+
+def toy_rows(split: str) -> list[dict]:
+    """Fixed prompts: the train and validation splits come from different seeds and share no prompt."""
+    rng = random.Random({"train": 1, "val": 2}[split])
+    n = TOY_NUM_TRAIN if split == "train" else TOY_NUM_VAL
+    rows, seen = [], set()
+    if split == "train":
+        seen = {r["prompt"] for r in toy_rows("val")}
+    while len(rows) < n:
+        p = toy_problem(rng)
+        if p["prompt"] not in seen:
+            seen.add(p["prompt"])
+            rows.append(p)
+    return rows
+
+
+
+def toy_reward(completion: str, answer: str) -> float:
+    """Exact match of the final boxed answer (the toy's answers are integers)."""
+    return 1.0 if final_answer(completion) == answer else -1.0
+
+
+def grade_toy(completions: list[str], answers: list[str]) -> list[float]:
+    return [toy_reward(c, a) for c, a in zip(completions, answers)]
+
+
+# --- the toy tokenizer and model -----------------------------------------------------------------------------
+CHAT_TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}{% endfor %}"
+                 "{% if add_generation_prompt %}<|assistant|><think>{% endif %}")
+TOY_TIED = False
+TOY_MODEL = dict(vocab_size=384, hidden_size=128, intermediate_size=512, num_hidden_layers=4,
+                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
+
+
+def build_toy_tokenizer():
+    """Byte-level BPE trained on toy text, the interruption phrase and the chat roles, so any input string
+    encodes (bytes never fail) while the phrase costs ~19 tokens instead of 80 characters."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+    rng = random.Random(0)
+    corpus = [f"<|user|>{p['prompt']}<|assistant|><think>{p['solution']}" for p in (toy_problem(rng) for _ in range(2000))]
+    corpus += [INTERRUPT_PHRASE, MATH_INSTRUCTION] * 100
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
+                                                 pre_tokenizers.ByteLevel(add_prefix_space=False)])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=TOY_MODEL["vocab_size"] - 8, show_progress=False,
+                                  special_tokens=[EOS, "<|user|>", "<|assistant|>", "<|system|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(corpus, trainer)
+    # <think> and </think> are ordinary added tokens (as in Qwen3): kept when decoding, one id each
+    tok.add_tokens([AddedToken(THINK_START, normalized=False), AddedToken(THINK_END, normalized=False)])
+    hf = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS, pad_token=EOS)
+    hf.chat_template = CHAT_TEMPLATE
+    assert len(hf) <= TOY_MODEL["vocab_size"], len(hf)
+    return hf
+
+
+def _toy_spec_hash() -> str:
+    spec = dict(TOY_MODEL, tied=TOY_TIED, terms=(TOY_MIN_TERMS, TOY_MAX_TERMS, TOY_MAX_OPERAND), sft=(TOY_SFT_STEPS, TOY_SFT_BATCH,
+                TOY_SFT_LR, TOY_SFT_SLIP_RATE), template=CHAT_TEMPLATE, phrase=INTERRUPT_PHRASE, version=1)
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:10]
+
+
+def toy_model_path(out_dir: str) -> str:
+    return os.path.join(out_dir, f"toy-{_toy_spec_hash()}")
+
+
+def build_toy_model(out_dir: str, log=print) -> str:
+    """Build, warm-start and save the toy model once; later calls return the cached folder. Written to a
+    temporary folder and renamed, so a crash never leaves a half-written model that looks complete."""
+    path = toy_model_path(out_dir)
+    if os.path.exists(os.path.join(path, "config.json")):
+        return path
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    t0 = time.time()
+    tokenizer = build_toy_tokenizer()
+    eos = tokenizer.convert_tokens_to_ids(EOS)
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(Qwen2Config(**TOY_MODEL, tie_word_embeddings=TOY_TIED, bos_token_id=eos, eos_token_id=eos,
+                                         pad_token_id=eos, rope_theta=10000.0))
+    # supervised warm start on fresh draws of the task distribution (never the validation prompts' seed)
+    rng = random.Random(3)
+    opt = torch.optim.AdamW(model.parameters(), lr=TOY_SFT_LR, weight_decay=0.0)
+    model.train()
+    for step in range(TOY_SFT_STEPS):
+        seqs, masks = [], []
+        for _ in range(TOY_SFT_BATCH):
+            p = toy_problem(rng, TOY_SFT_SLIP_RATE)
+            prompt = format_prompt(tokenizer, p["prompt"])
+            target = tokenizer(p["solution"], add_special_tokens=False)["input_ids"] + [eos]
+            seqs.append(prompt + target)
+            masks.append([0] * len(prompt) + [1] * len(target))
+        width = max(map(len, seqs))
+        ids = torch.tensor([s + [eos] * (width - len(s)) for s in seqs])
+        labels = torch.tensor([[t if m else -100 for t, m in zip(s, mk)] + [-100] * (width - len(s))
+                               for s, mk in zip(seqs, masks)])
+        attn = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s in seqs])  # right padding
+        for g in opt.param_groups:  # linear warm-up then linear decay
+            g["lr"] = TOY_SFT_LR * min(1.0, (step + 1) / 20) * (1 - step / TOY_SFT_STEPS)
+        loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if step % 50 == 0 or step == TOY_SFT_STEPS - 1:
+            log(f"toy warm start: step {step}/{TOY_SFT_STEPS} loss {loss.item():.3f} ({time.time() - t0:.0f}s)")
+    tmp = f"{path}.tmp{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.generation_config.eos_token_id = eos
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    try:
+        os.rename(tmp, path)
+    except OSError:  # another process finished first: theirs is as good as ours
+        shutil.rmtree(tmp, ignore_errors=True)
+    log(f"toy model saved to {path} ({sum(p.numel() for p in model.parameters()):,} parameters, "
+        f"{time.time() - t0:.0f}s)")
+    return path
+
+
+if __name__ == "__main__":
+    print(build_toy_model("out"))
