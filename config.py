@@ -24,13 +24,14 @@ from typing import Literal
 
 import losses
 import rollouts
+import toy
 
 
 @dataclass(frozen=True)
 class Config:
     """The resolved run: built once by parse_args and never changed after validation (frozen)."""
     # --- run ---
-    model: str = "toy"  # "toy" (built and cached by toy.py) or any HF causal LM name/path
+    model: str = "toy"  # toy | toy-l (built and cached by toy.py) or any HF causal LM name/path
     dataset: str = "toy"  # toy | polaris | deepscaler | gsm8k | math | path/to/file.jsonl|.parquet
     eval_dataset: str = ""  # "" = 1,000 held out of --dataset (paper §2.1) or its named eval set; math500 | aime24 | gsm8k_test | a file
     reward: Literal["math", "exact"] = "math"  # math-verify on the last \boxed{}; or the answer's first line verbatim
@@ -51,6 +52,8 @@ class Config:
     # --- off-policy setup (paper §3.1) ---
     mode: str = "pipeline"  # rollouts.SCHEDULES: pipeline = PipelineRL-k, ppo = PPO-off-policy-k, sync = on-policy
     k: int = 8  # trained completions come from at most k consecutive policy versions (k=1 is on-policy)
+    pipeline_depth: int = 2  # PipelineRL: steps' worth of prompts decoding at once (1 when k=1); k binds only when
+    #                          it is >= k, since a group can be no staler than the batches ahead of it
     max_steps: int = 7400  # optimizer steps (the paper's 8B run: 7,400)
 
     # --- loss (paper §3.2, Eq. 4, A.17) ---
@@ -58,13 +61,15 @@ class Config:
     eps_max: float = 4.0  # CISPO truncation of the IS weight. A.17.2: 4, 5 and 8 do equally well; we take the
     #                       smallest, which bounds the weight of the stalest (up to k-1 versions old) tokens most
     eps_low: float = 0.2  # DAPO clip 1 - eps_low
-    eps_high: float = 0.28  # DAPO clip 1 + eps_high
+    eps_high: float = 0.26  # DAPO clip 1 + eps_high (the paper's DAPO recipe, A.16; DAPO's own paper uses 0.28)
     eps_clip: float = 0.2  # GRPO symmetric clip
     gspo_eps_low: float = 3e-3  # GSPO sequence-ratio clip; paper A.17.3 best: 3e-3 low / 5e-3 high
     gspo_eps_high: float = 5e-3  # GSPO upper clip (see gspo_eps_low)
     loss_agg: Literal["prompt", "sample", "token"] = "prompt"  # paper §3.2(a): prompt average
     adv_norm: Literal["batch", "prompt", "none"] = "batch"  # paper §3.2(b): batch-level std
     zero_var_filter: bool = True  # drop groups whose G rewards are equal (paper §3.2(e), effective batch)
+    drop_truncated: bool = True  # truncated completions leave the loss, their reward still counts in the group
+    #                              mean (A.15: "the effective batch size (after excluding truncated samples)")
 
     # --- curriculum (paper §3.2(d), Polaris) ---
     npr: bool = True  # No-Positive-Resampling
@@ -87,7 +92,7 @@ class Config:
     warmup_steps: int = 100  # linear warm-up
     adam_eps: float = 1e-15  # paper: small eps avoids the epsilon underflow of Wortsman et al. 2023
     weight_decay: float = 0.01  # AdamW decoupled weight decay
-    grad_clip: float = 1.0  # max global grad norm; the paper does not state one; <= 0 disables
+    grad_clip: float = 0.0  # max global grad norm; <= 0 disables. The paper states no clipping
 
     # --- evaluation (paper §2.1: mean@16 on 1,000 held-out prompts every 100 steps) ---
     eval_every: int = 100  # steps; -1 disables (step 0 is always evaluated unless disabled)
@@ -208,7 +213,7 @@ def parse_args(argv: list[str]) -> Config:
     argv = [re.sub(r"^--([^=]+)", lambda m: "--" + m.group(1).replace("-", "_"), a) if a.startswith("--") else a
             for a in argv]
     given = vars(parser().parse_args(argv))
-    values = dict(TOY) if given.get("model", Config.model) == "toy" else {}
+    values = dict(TOY) if given.get("model", Config.model) in toy.MODELS else {}
     values.update(given)
     # derived defaults: each decided here, once
     if values.get("mode") == "sync" and "k" not in given:
@@ -227,7 +232,7 @@ def parse_args(argv: list[str]) -> Config:
 def toy_preset(cfg: Config) -> dict:
     """The values the toy preset set (fields not typed), for the start-up line: `--batch 768` on the toy says
     it trains 96 prompts x 8."""
-    return {k: getattr(cfg, k) for k in TOY if k not in cfg.typed} if cfg.model == "toy" else {}
+    return {k: getattr(cfg, k) for k in TOY if k not in cfg.typed} if cfg.model in toy.MODELS else {}
 
 
 def validate(cfg: Config) -> None:
@@ -252,7 +257,7 @@ def validate(cfg: Config) -> None:
         bad("--eps_low, --eps_clip and --gspo_eps_low must be < 1 (the lower clip is 1 - eps)")
     if cfg.vllm_memory > 1:
         bad(f"--vllm_memory is a fraction in (0, 1], got {cfg.vllm_memory}")
-    for name in ("max_steps", "warmup_steps", "eval_samples", "eval_prompts", "micro_batch_tokens",
+    for name in ("max_steps", "warmup_steps", "eval_samples", "eval_prompts", "micro_batch_tokens", "pipeline_depth",
                  "prompt_max_tokens", "answer_max_tokens", "keep_checkpoints", "max_bad_steps", "vllm_kv_cache_gib"):
         if getattr(cfg, name) < (0 if name in ("warmup_steps", "max_steps") else 1):
             bad(f"--{name} must be positive, got {getattr(cfg, name)}")

@@ -13,6 +13,7 @@ when fp32_head is set. FSDP2 casts each unit's inputs to its parameter dtype, so
 log-softmax run in fp32 on a bf16 body. vLLM's head_dtype override does the matmul in fp32 too, from its bf16
 copy of the weights: the two sides still differ by the rounding of the head's weights to bf16.
 """
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -81,17 +82,23 @@ def buckets(items: list, budget_tokens: int, length) -> tuple[list[list], float,
 def effective_batch(groups: list, cfg, all_reduce) -> tuple[list, torch.Tensor, torch.Tensor, dict]:
     """Advantages (paper §3.2(b)) and zero-variance filtering (§3.2(e)) of one step's groups on this rank.
     all_reduce({name: number}) sums over ranks. Returns the kept groups (P'), their advantages (P', G), the
-    zero-variance mask of all groups (P,) and the step's global counts: prompts, completions and sampled tokens
-    kept, and the sum of squared centered rewards (batch-level normalization's numerator)."""
+    zero-variance mask of all groups (P,) and the step's global counts: the prompts, completions and sampled
+    tokens that the loss trains on, the completions scored (kept groups x G) and their sum of squared centered
+    rewards (batch-level normalization's numerator and count). With cfg.drop_truncated, truncated completions
+    are kept as copies with mask 0: no loss, but their reward counts in their group's mean."""
     rewards = torch.tensor([[s.reward for s in g.samples] for g in groups], dtype=torch.float64)  # (P, G)
     zero_var = losses.zero_variance(rewards)  # (P,) bool
     keep = ~zero_var if cfg.zero_var_filter else torch.ones_like(zero_var)
     kept = [g for g, k in zip(groups, keep.tolist()) if k]
+    if cfg.drop_truncated:  # A.15: out of the loss (mask 0), while their -1 still shapes the others' advantages
+        kept = [dataclasses.replace(g, samples=[dataclasses.replace(s, mask=[0] * len(s.mask)) if s.truncated else s
+                                                for s in g.samples]) for g in kept]
     centered = rewards[keep] - rewards[keep].mean(dim=1, keepdim=True)
-    totals = all_reduce({"prompts": len(kept), "completions": len(kept) * cfg.group,
+    totals = all_reduce({"prompts": sum(any(any(s.mask) for s in g.samples) for g in kept),
+                         "completions": sum(any(s.mask) for g in kept for s in g.samples),
                          "tokens": sum(sum(s.mask) for g in kept for s in g.samples),
-                         "adv_sq_sum": float((centered ** 2).sum())})
-    adv = losses.advantages(rewards[keep], cfg.adv_norm, totals["adv_sq_sum"], int(totals["completions"]))
+                         "scored": len(kept) * cfg.group, "adv_sq_sum": float((centered ** 2).sum())})
+    adv = losses.advantages(rewards[keep], cfg.adv_norm, totals["adv_sq_sum"], int(totals["scored"]))
     return kept, adv, zero_var, totals
 
 

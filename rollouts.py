@@ -135,14 +135,16 @@ def ppo(r: "Rollouts") -> list[Group]:
 def pipeline(r: "Rollouts") -> list[Group]:
     """PipelineRL-k: the engine always has requests in flight. Train on the oldest finished groups as soon as
     a step's worth is ready; the rest keep decoding across the weight update on their stale KV cache (in-flight
-    update). Up to two steps of prompts are in flight (one when k = 1). The lag bound is kept by waiting, as
+    update). The lag bound is kept by waiting, as
     the paper's trainers wait when k steps ahead: a group whose first token is k - 1 versions old must be in
-    this step's batch, so the step waits for it."""
+    this step's batch, so the step waits for it. cfg.pipeline_depth steps' worth of prompts decode at once: the
+    deeper, the staler the groups that finish last (lags reach k - 1 only when the depth is >= k) and the fewer
+    steps wait on a straggler."""
     cfg, gen = r.cfg, r.gen
     need = cfg.prompts_per_step // r.world
-    if not gen.inflight() and not gen.finished and cfg.k > 1:
-        r.submit(cfg.prompts_per_step)  # the very first step also fills the second batch
-    r.submit(cfg.prompts_per_step)
+    depth = cfg.pipeline_depth if cfg.k > 1 else 1
+    while len(gen.inflight()) + len(gen.finished) < depth * need:
+        r.submit(cfg.prompts_per_step)
     oldest = gen.version - (cfg.k - 1)  # the oldest version a group trained now may start at
 
     def due(g):
@@ -214,8 +216,8 @@ class Rollouts:
 
 # --- evaluation (paper §2.1) ---------------------------------------------------------------------------------------
 def evaluate(gen: Generator, rows: list[dict], cfg, grade, first_index: int = 0, stride: int = 1) -> dict:
-    """Sums over these held-out prompts, eval_samples completions each (the paper's mean@16 is
-    correct / samples). Seeds come from each prompt's index in the whole validation set (rows[j] is number
+    """Sums over these held-out prompts, eval_samples completions each (the paper's mean@16 is correct /
+    samples; its standard error is sqrt(variance_sum) / prompts). Seeds come from each prompt's index in the whole validation set (rows[j] is number
     first_index + j * stride), so every evaluation, on any number of ranks, samples alike: successive pass
     rates differ by the policy only."""
     uids = set()
@@ -226,5 +228,9 @@ def evaluate(gen: Generator, rows: list[dict], cfg, grade, first_index: int = 0,
     groups = gen.run_until_done(uids, "evaluate") if uids else []
     samples = [s for g in groups for s in g.samples]
     rewards = grade([s.text for s in samples], [g.answer for g in groups for _ in g.samples]) if samples else []
-    return {"correct": sum(r > 0 for r in rewards), "samples": len(samples),
+    # the pass rate's sampling variance for these fixed prompts: sum over prompts of p(1-p)/n, unbiased per prompt
+    n = cfg.eval_samples
+    correct = [sum(r > 0 for r in rewards[j * n:(j + 1) * n]) for j in range(len(groups))]
+    variance = sum(c * (n - c) / (n * n * (n - 1)) for c in correct) if n > 1 else float("nan")  # needs n >= 2
+    return {"correct": sum(correct), "samples": len(samples), "prompts": len(groups), "variance_sum": variance,
             "truncated": sum(s.truncated for s in samples), "completion_tokens": sum(len(s.token_ids) for s in samples)}

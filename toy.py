@@ -78,8 +78,15 @@ def grade_toy(completions: list[str], answers: list[str]) -> list[float]:
 CHAT_TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}{% endfor %}"
                  "{% if add_generation_prompt %}<|assistant|><think>{% endif %}")
 TOY_TIED = False
-TOY_MODEL = dict(vocab_size=384, hidden_size=128, intermediate_size=512, num_hidden_layers=4,
-                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
+# The toy models by name (`--model toy`, `--model toy-l`): the model-size axis of the paper (§5) in miniature.
+# Same tokenizer, task and warm start; toy-l is ~4x wider in its MLP, 2x in width and 1.5x deeper.
+MODELS = {
+    "toy": dict(vocab_size=384, hidden_size=128, intermediate_size=512, num_hidden_layers=4,
+                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512),
+    "toy-l": dict(vocab_size=384, hidden_size=256, intermediate_size=1024, num_hidden_layers=6,
+                  num_attention_heads=8, num_key_value_heads=4, max_position_embeddings=512),
+}
+VOCAB_SIZE = 384
 
 
 def build_toy_tokenizer():
@@ -94,7 +101,7 @@ def build_toy_tokenizer():
     tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
                                                  pre_tokenizers.ByteLevel(add_prefix_space=False)])
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=TOY_MODEL["vocab_size"] - 8, show_progress=False,
+    trainer = trainers.BpeTrainer(vocab_size=VOCAB_SIZE - 8, show_progress=False,
                                   special_tokens=[EOS, "<|user|>", "<|assistant|>", "<|system|>"],
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator(corpus, trainer)
@@ -102,24 +109,24 @@ def build_toy_tokenizer():
     tok.add_tokens([AddedToken(THINK_START, normalized=False), AddedToken(THINK_END, normalized=False)])
     hf = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS, pad_token=EOS)
     hf.chat_template = CHAT_TEMPLATE
-    assert len(hf) <= TOY_MODEL["vocab_size"], len(hf)
+    assert len(hf) <= VOCAB_SIZE, len(hf)
     return hf
 
 
-def _toy_spec_hash() -> str:
-    spec = dict(TOY_MODEL, tied=TOY_TIED, terms=(TOY_MIN_TERMS, TOY_MAX_TERMS, TOY_MAX_OPERAND), sft=(TOY_SFT_STEPS, TOY_SFT_BATCH,
+def _toy_spec_hash(name: str) -> str:
+    spec = dict(MODELS[name], tied=TOY_TIED, terms=(TOY_MIN_TERMS, TOY_MAX_TERMS, TOY_MAX_OPERAND), sft=(TOY_SFT_STEPS, TOY_SFT_BATCH,
                 TOY_SFT_LR, TOY_SFT_SLIP_RATE), template=CHAT_TEMPLATE, phrase=INTERRUPT_PHRASE, version=1)
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:10]
 
 
-def toy_model_path(out_dir: str) -> str:
-    return os.path.join(out_dir, f"toy-{_toy_spec_hash()}")
+def toy_model_path(out_dir: str, name: str = "toy") -> str:
+    return os.path.join(out_dir, f"{name}-{_toy_spec_hash(name)}")
 
 
-def build_toy_model(out_dir: str, log=print) -> str:
+def build_toy_model(out_dir: str, name: str = "toy", log=print) -> str:
     """Build, warm-start and save the toy model once; later calls return the cached folder. Written to a
     temporary folder and renamed, so a crash never leaves a half-written model that looks complete."""
-    path = toy_model_path(out_dir)
+    path = toy_model_path(out_dir, name)
     if os.path.exists(os.path.join(path, "config.json")):
         return path
     import torch
@@ -128,7 +135,7 @@ def build_toy_model(out_dir: str, log=print) -> str:
     tokenizer = build_toy_tokenizer()
     eos = tokenizer.convert_tokens_to_ids(EOS)
     torch.manual_seed(0)
-    model = Qwen2ForCausalLM(Qwen2Config(**TOY_MODEL, tie_word_embeddings=TOY_TIED, bos_token_id=eos, eos_token_id=eos,
+    model = Qwen2ForCausalLM(Qwen2Config(**MODELS[name], tie_word_embeddings=TOY_TIED, bos_token_id=eos, eos_token_id=eos,
                                          pad_token_id=eos, rope_theta=10000.0))
     # supervised warm start on fresh draws of the task distribution (never the validation prompts' seed)
     rng = random.Random(3)

@@ -83,11 +83,11 @@ torch.manual_seed(cfg.seed + rank)
 
 # -----------------------------------------------------------------------------------------------------------
 # model and data: the toy is built once (rank 0) and cached in out_dir; real models come from the Hub or a path
-if cfg.model == "toy":
+if cfg.model in toy.MODELS:
     if master:
-        toy.build_toy_model(cfg.out_dir, log=print0)
+        toy.build_toy_model(cfg.out_dir, cfg.model, log=print0)
     dist.barrier()
-    model_path = toy.toy_model_path(cfg.out_dir)
+    model_path = toy.toy_model_path(cfg.out_dir, cfg.model)
 else:
     model_path = cfg.model
 try:
@@ -236,14 +236,23 @@ def run_evaluation(step: int):
     ev = all_reduce(ev)
     n = ev["samples"]
     log({"kind": "eval", "step": step, "gpu_hours": clock.hours, "samples": state["samples"], "tokens": state["tokens"],
-         "pass_rate": ev["correct"] / n, "eval_truncation_rate": ev["truncated"] / n,
+         "pass_rate": ev["correct"] / n, "pass_rate_se": ev["variance_sum"] ** 0.5 / ev["prompts"],
+         "eval_truncation_rate": ev["truncated"] / n,
          "eval_completion_tokens": ev["completion_tokens"] / n, "eval_samples": int(n), "t_eval": time.time() - t0})
     print0(f"eval step {step}: pass rate {ev['correct'] / n:.3f} on {int(n)} samples ({time.time() - t0:.1f}s)")
 
 
-def step_record(groups, zero_var, lags, sums, totals, grad_norm, finite, updated, lr, padding, timer) -> dict:
+def step_record(groups, kept, zero_var, trained_version, sums, totals, grad_norm, finite, updated, lr, padding, timer
+                ) -> dict:
     """The "train" record of a step: every metric summed (or maxed) over ranks first."""
     samples = [s for g in groups for s in g.samples]
+    lags = [trained_version - g.first_version() for g in groups]  # policy versions between sampling and training
+    token_lags = [0] * cfg.k  # trained (sampled, kept) tokens by their own lag: 0 .. k-1
+    for s in (s for g in kept for s in g.samples):
+        for v, m in zip(s.versions, s.mask):
+            if m and v >= 0:
+                token_lags[min(trained_version - v, cfg.k - 1)] += 1
+    lag_tokens = all_reduce({i: n for i, n in enumerate(token_lags)})
     n = all_reduce({"samples": len(samples), "reward": sum(s.reward for s in samples),
                     "correct": sum(s.correct for s in samples), "truncated": sum(s.truncated for s in samples),
                     "interrupted": sum(s.interrupted for s in samples),
@@ -266,7 +275,8 @@ def step_record(groups, zero_var, lags, sums, totals, grad_norm, finite, updated
         "zero_var_frac": n["zero_var"] / n["groups"], "is_ratio_mean": n["is_ratio_sum"] / tokens,
         "is_ratio_max": most["is_ratio_max"], "clip_frac": n["clipped_tokens"] / tokens,
         "mismatch": n["mismatch_sum"] / tokens, "entropy": n["entropy_sum"] / tokens, "lag_mean": n["lag"] / n["groups"],
-        "lag_max": most["lag_max"], "retired_prompts": len(sampler.retired),  # the sampler is the same on every rank
+        "lag_max": most["lag_max"], "lag_hist": [n / max(sum(lag_tokens.values()), 1) for n in lag_tokens.values()],
+        "retired_prompts": len(sampler.retired),  # the sampler is the same on every rank
         "padding_frac": padding[0], "padding_frac_unsorted": padding[1],
         "t_generate": timer["generate"] - rollouts.t_grade, "t_grade": rollouts.t_grade, "t_train": timer["train"],
         "t_optim": timer["optim"], "t_sync": timer["sync"], "peak_mem_gib": most["peak_mem_gib"],
@@ -327,7 +337,6 @@ while True:
     with timer("generate"):
         groups = guarded(rollouts.next_batch, "generation", step + 1)
     trained_version = gen.version  # the weights this step's gradient is computed with
-    lags = [trained_version - g.first_version() for g in groups]  # policy versions between sampling and training
 
     # --- advantages (§3.2(b)) and zero-variance filtering (§3.2(e)): a group whose G rewards are all equal has
     # zero advantages; it is dropped from the loss and from the batch statistics (the "effective batch")
@@ -358,7 +367,8 @@ while True:
     state["samples"] += cfg.batch
     state["tokens"] += int(totals["tokens"])
     state["gpu_hours"] = clock.tick()
-    record = step_record(groups, zero_var, lags, sums, totals, grad_norm, finite, updated, lr_at(step), padding, timer)
+    record = step_record(groups, kept, zero_var, trained_version, sums, totals, grad_norm, finite, updated, lr_at(step),
+                         padding, timer)
     log(record)
     print0(f"step {state['step']}/{cfg.max_steps} | reward {record['reward_mean']:+.3f} | pass {record['pass_rate_train']:.3f}"
            f" | loss {record['loss']:+.4f} | lag {record['lag_mean']:.2f}/{record['lag_max']:.0f} | {record['t_step']:.2f}s"

@@ -127,10 +127,12 @@ def test_seeded_sampling_is_reproducible(make_generator, toy_rows):
     assert [s.token_ids for s in a.samples] != [s.token_ids for s in c.samples]
 
 
-def test_pipeline_lag_is_bounded_and_updates_land_in_flight(make_generator, toy_path, toy_rows, restore):
+@pytest.mark.parametrize("k,depth", [(2, 2), (3, 3)])
+def test_pipeline_lag_is_bounded_and_updates_land_in_flight(make_generator, toy_path, toy_rows, restore, k, depth):
+    """Lags stay within k - 1 and reach it when enough batches are in flight (--pipeline_depth >= k)."""
     from transformers import AutoModelForCausalLM
-    k = 2
-    gen = make_generator("--mode", "pipeline", "--k", str(k), "--batch", "32", "--group", "4")
+    gen = make_generator("--mode", "pipeline", "--k", str(k), "--pipeline_depth", str(depth), "--batch", "32",
+                         "--group", "4")
     restore((gen, toy_path))
     assert not gen.prefix_caching  # in flight across updates: no stale prefix-cache hits possible
     train, _, grade = toy_rows
@@ -164,7 +166,10 @@ def test_evaluate_reports_a_pass_rate(make_generator, toy_rows):
     _, val, grade = toy_rows
     cfg = gen.cfg
     result = rollouts.evaluate(gen, val[:20], cfg, grade)
-    assert result["samples"] == 20 * cfg.eval_samples
+    assert result["samples"] == 20 * cfg.eval_samples and result["prompts"] == 20
+    p, n = result["correct"] / result["samples"], cfg.eval_samples
+    se = result["variance_sum"] ** 0.5 / result["prompts"]  # for fixed prompts: at most the binomial s.e. x n/(n-1)
+    assert 0 < se <= (p * (1 - p) / result["samples"] * n / (n - 1)) ** 0.5 + 1e-12
     assert 0 < result["correct"] < result["samples"]
     assert result == rollouts.evaluate(gen, val[:20], cfg, grade)  # same seeds, same weights, same result
     assert rollouts.evaluate(gen, [], cfg, grade)["samples"] == 0  # a rank with no eval prompts

@@ -1,0 +1,54 @@
+"""The trainer's effective batch: zero-variance filtering, advantages, and truncated completions (A.15).
+
+    python -m pytest tests/test_policy.py -q
+"""
+import dataclasses
+
+import torch
+
+import config
+import losses
+import policy
+from generate import Group, Sample
+
+
+def _group(rewards, truncated=(), lengths=None):
+    lengths = lengths or [3] * len(rewards)
+    samples = [Sample(token_ids=[1] * n, logprobs=[-1.0] * n, versions=[0] * n, mask=[1] * n, reward=r,
+                      correct=r > 0, truncated=i in truncated) for i, (r, n) in enumerate(zip(rewards, lengths))]
+    return Group(uid="g", serial=0, prompt_idx=0, prompt_ids=[5, 6], answer="1", samples=samples)
+
+
+def identity(values):
+    return dict(values)
+
+
+def test_zero_variance_groups_leave_the_batch_and_its_statistics():
+    cfg = config.parse_args(["--group", "4", "--batch", "8", "--no_drop_truncated"])
+    groups = [_group([1, -1, -1, -1]), _group([-1, -1, -1, -1])]
+    kept, adv, zero_var, totals = policy.effective_batch(groups, cfg, identity)
+    assert zero_var.tolist() == [False, True] and kept == groups[:1]
+    assert totals["prompts"] == 1 and totals["completions"] == 4 and totals["tokens"] == 12
+    expected = losses.advantages(torch.tensor([[1.0, -1, -1, -1]], dtype=torch.float64), "batch")
+    assert torch.allclose(adv, expected)
+
+
+def test_truncated_completions_leave_the_loss_but_shape_the_advantages():
+    cfg = config.parse_args(["--group", "4", "--batch", "4"])
+    assert cfg.drop_truncated  # the default (A.15)
+    group = _group([1, -1, -1, 1], truncated={2}, lengths=[3, 4, 5, 6])
+    kept, adv, _, totals = policy.effective_batch([group], cfg, identity)
+    assert kept[0].samples[2].mask == [0] * 5 and group.samples[2].mask == [1] * 5  # a copy; the original intact
+    assert totals["completions"] == 3 and totals["tokens"] == 3 + 4 + 6 and totals["scored"] == 4
+    # the -1 of the truncated completion still counts in the group's mean: advantages as graded
+    assert torch.allclose(adv, losses.advantages(torch.tensor([[1.0, -1, -1, 1]], dtype=torch.float64), "batch"))
+    micro, _, _ = policy.micro_batches(kept, adv, dataclasses.replace(cfg, loss_agg="sample"), totals, "cpu")
+    rows = [s for mb in micro for s in mb.seqs]
+    weights = torch.cat([mb.weight for mb in micro])[torch.cat([mb.mask for mb in micro]) > 0]
+    assert len(rows) == 4 and abs(float(weights.sum()) - 1.0) < 1e-12  # sample average over the 3 trained ones
+
+
+def test_truncated_completions_train_as_negatives_when_asked():
+    cfg = config.parse_args(["--group", "4", "--batch", "4", "--no_drop_truncated"])
+    kept, _, _, totals = policy.effective_batch([_group([1, -1, -1, 1], truncated={2})], cfg, identity)
+    assert kept[0].samples[2].mask == [1, 1, 1] and totals["completions"] == 4
