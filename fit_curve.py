@@ -407,10 +407,19 @@ def plot(fits, path, x_key):
                 label=f"{f.name}: A={f.A:.3f} B={f.B:.2f} C_mid={f.C_mid:.4g}")
         ax.plot(beyond, sigmoid(beyond, *params), "--", color=color)
         ax.axhline(f.A, color=color, linestyle=":", linewidth=1)
+    from matplotlib.lines import Line2D
     ax.set_xscale("log")
-    ax.set_xlabel(x_key + " (log scale)")
-    ax.set_ylabel("validation pass rate")
-    ax.legend(fontsize=8)
+    units = {"gpu_hours": "training compute, device-hours", "step": "optimizer steps",
+             "samples": "completions trained on", "tokens": "completion tokens trained on"}
+    ax.set_xlabel(f"{units.get(x_key, x_key)} (log scale)")
+    ax.set_ylabel("validation pass rate (mean over held-out prompts x samples)")
+    keys = [Line2D([], [], color="gray", marker="o", linestyle="", label="evaluation, fitted"),
+            Line2D([], [], color="gray", marker="x", linestyle="", label="evaluation, held out (not fitted)"),
+            Line2D([], [], color="gray", linestyle="-", label="sigmoid fit (fit window)"),
+            Line2D([], [], color="gray", linestyle="--", label="extrapolation"),
+            Line2D([], [], color="gray", linestyle=":", label="asymptote A")]
+    handles, _ = ax.get_legend_handles_labels()
+    ax.legend(handles=handles + keys, fontsize=7, loc="lower right")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

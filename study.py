@@ -9,8 +9,8 @@ rows of §6, and the scaling axes of §5, then sigmoid fits, the paper's compari
 Each run is `python train.py <flags> --run_name <name> --log_dir logs/study` with the toy's defaults. A run
 whose log holds its final evaluation is not run again; kill the script at any time and start it again: an
 interrupted run resumes from its last checkpoint. Every minute a progress line gives each running run's step
-and latest pass rate. Results: logs/study/<part>.md (table), logs/study/<part>-fits.json, study-<part>.png
-and, for the axes, study-axis-<axis>.png.
+and latest pass rate. Results: logs/study/<part>.md (table), logs/study/<part>-fits.json, docs/study-<part>.png
+and, for the axes, docs/study-axis-<axis>.png.
 """
 import argparse
 import glob
@@ -185,7 +185,7 @@ def fit(part: str, margin: float = 0.02):
                                                if n in ref or n.startswith(axis + "-")]
     for png, files in plots.items():
         subprocess.run([sys.executable, "fit_curve.py", *files, "--fit-fraction", "0.5", "--bootstrap", "0",
-                        "--plot", os.path.join(ROOT, png)], cwd=ROOT, capture_output=True)
+                        "--plot", os.path.join(ROOT, "docs", png)], cwd=ROOT, capture_output=True)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ runs the whole loop on a laptop CPU with no download.
     python toy.py                  # build the toy model (or find it cached) and print its folder
 
 The task (paper §2 in miniature): a sum of single-digit terms answered after a <think> scratchpad of
-running sums, e.g.
+running sums, with a thinking budget that fits short sums and not long ones (which sets the ceiling A), e.g.
 
     prompt      <|user|>Add: 7+5+9<|assistant|><think>
     completion  7+5=12 12+9=21 </think>\\boxed{21}<|endoftext|>
@@ -22,22 +22,36 @@ import time
 
 from data import EOS, INTERRUPT_PHRASE, MATH_INSTRUCTION, THINK_END, THINK_START, format_prompt, final_answer
 
-# --- the task --------------------------------------------------------------------------------------------
-# Difficulty knobs. The number of terms sets the scratchpad length (about 10 tokens per running sum), so
-# completions vary 3x in length: the stragglers that PipelineRL is for (paper §3.1).
-TOY_MIN_TERMS, TOY_MAX_TERMS = 2, 6
+# --- the task ---------------------------------------------------------------------------------------------------
+# What sets the ceiling A. A step of the scratchpad is 8 tokens ("12+9=21 ", digits one token each). Problems
+# are short (2-5 terms: at most 32 thinking tokens with </think>) or, with probability TOY_LONG_FRACTION, long
+# (8-9 terms: 48-64 tokens). The toy's thinking budget (config.TOY: 32-40 tokens, then the forced "time is up"
+# phrase and 7 answer tokens, room for \boxed{NN} and EOS only) fits every short solution and no long one. RL
+# fixes the slips of the warm start on short problems but cannot make a long one fit, so the default run
+# saturates near 1 - (share of long problems) plus what the policy learns to guess after an interruption; a
+# budget twice as long fits the long problems and lifts the ceiling (paper §5: a longer generation budget,
+# higher A, slower start). The gap between 5 and 8 terms keeps every problem clearly inside or outside the
+# budget: an interrupted long problem still has 2-4 additions to go. Both splits are exactly 1/3 long.
+# Completions vary several-fold in length: the stragglers that PipelineRL is for (paper §3.1).
+TOY_SHORT_TERMS, TOY_LONG_TERMS = (2, 5), (8, 9)
+TOY_LONG_FRACTION = 1 / 3
 TOY_MAX_OPERAND = 9
-TOY_NUM_TRAIN, TOY_NUM_VAL = 4000, 1000  # prompts; validation is held out and never trained on
-TOY_SFT_STEPS, TOY_SFT_BATCH, TOY_SFT_LR = 300, 64, 2e-3  # supervised warm start (tuned for the base pass rate)
+# prompts; validation is held out and never trained on. 10,000 keeps a default run (600 steps x 16 prompts) in its
+# first epoch: with 4,000, No-Positive-Resampling had retired the solvable short prompts by the third epoch and
+# left ~75% of each batch on long problems the budget cannot fit, and the run collapsed late (0.61 -> 0.43)
+TOY_NUM_TRAIN, TOY_NUM_VAL = 10000, 1000
+TOY_SFT_STEPS, TOY_SFT_BATCH, TOY_SFT_LR = 450, 64, 2e-3  # supervised warm start (tuned for the base pass rate)
 # The warm start imitates sloppy traces: each running sum is off by 1-3 with this probability (and later sums
-# build on the slip), so the model learns the procedure but slips often, as an SFT model imitating imperfect
+# build on the slip), so the model learns the procedure but slips, as an SFT model imitating imperfect
 # reasoning does. RL then has something real to fix: the reward is only for the right final answer.
-TOY_SFT_SLIP_RATE = 0.3
+TOY_SFT_SLIP_RATE = 0.1
 
 
 def toy_problem(rng: random.Random, slip_rate: float = 0.0) -> dict:
-    """A sum of 2-6 terms; "solution" is a scratchpad of running sums, each slipping by 1-3 with slip_rate."""
-    terms = [rng.randint(1, TOY_MAX_OPERAND) for _ in range(rng.randint(TOY_MIN_TERMS, TOY_MAX_TERMS))]
+    """A sum of 2-5 or 8-9 single-digit terms; "solution" is a scratchpad of running sums, each slipping by 1-3
+    with slip_rate."""
+    n = rng.randint(*(TOY_LONG_TERMS if rng.random() < TOY_LONG_FRACTION else TOY_SHORT_TERMS))
+    terms = [rng.randint(1, TOY_MAX_OPERAND) for _ in range(n)]
     steps, running = [], terms[0]
     for t in terms[1:]:
         result = running + t
@@ -50,16 +64,21 @@ def toy_problem(rng: random.Random, slip_rate: float = 0.0) -> dict:
 
 
 def toy_rows(split: str) -> list[dict]:
-    """Fixed prompts: the train and validation splits come from different seeds and share no prompt."""
+    """Fixed, unique prompts: the train and validation splits come from different seeds and share no prompt,
+    and each is exactly TOY_LONG_FRACTION long (a duplicate is redrawn within its class, so the few distinct
+    short sums running out shifts short problems towards more terms, never towards long ones)."""
     rng = random.Random({"train": 1, "val": 2}[split])
     n = TOY_NUM_TRAIN if split == "train" else TOY_NUM_VAL
+    quota = {True: round(n * TOY_LONG_FRACTION), False: n - round(n * TOY_LONG_FRACTION)}  # long?: count
     rows, seen = [], set()
     if split == "train":
         seen = {r["prompt"] for r in toy_rows("val")}
     while len(rows) < n:
         p = toy_problem(rng)
-        if p["prompt"] not in seen:
+        long = p["prompt"].count("+") + 1 >= TOY_LONG_TERMS[0]
+        if p["prompt"] not in seen and quota[long] > 0:
             seen.add(p["prompt"])
+            quota[long] -= 1
             rows.append(p)
     return rows
 
@@ -114,7 +133,7 @@ def build_toy_tokenizer():
 
 
 def _toy_spec_hash(name: str) -> str:
-    spec = dict(MODELS[name], tied=TOY_TIED, terms=(TOY_MIN_TERMS, TOY_MAX_TERMS, TOY_MAX_OPERAND), sft=(TOY_SFT_STEPS, TOY_SFT_BATCH,
+    spec = dict(MODELS[name], tied=TOY_TIED, terms=(TOY_SHORT_TERMS, TOY_LONG_TERMS, TOY_LONG_FRACTION, TOY_MAX_OPERAND), sft=(TOY_SFT_STEPS, TOY_SFT_BATCH,
                 TOY_SFT_LR, TOY_SFT_SLIP_RATE), template=CHAT_TEMPLATE, phrase=INTERRUPT_PHRASE, version=1)
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:10]
 
