@@ -70,7 +70,7 @@ def limits(flags: list[str], repeats: int, lengths: list[int]) -> dict:
     cfg = config_mod.parse_args(flags)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo", store=dist.HashStore(), rank=0, world_size=1)
-    path = toy.build_toy_model(cfg.out_dir) if cfg.model == "toy" else cfg.model
+    path = toy.build_toy_model(cfg.out_dir, cfg.model) if cfg.model in toy.MODELS else cfg.model
     tokenizer = AutoTokenizer.from_pretrained(path)
     train_rows, _, grade = data.load_task(cfg, tokenizer)
     # room in the engine's context for the longest forced completion
@@ -99,7 +99,8 @@ def limits(flags: list[str], repeats: int, lengths: list[int]) -> dict:
     def train(groups, zero_var_filter: bool):
         """The loop's training phase on these groups (world of one: the reductions are the identity).
         Forced-length batches keep every group (their rewards say nothing)."""
-        run_cfg = dataclasses.replace(cfg, zero_var_filter=zero_var_filter)
+        run_cfg = dataclasses.replace(cfg, zero_var_filter=zero_var_filter, drop_truncated=cfg.drop_truncated and
+                                      zero_var_filter)  # forced lengths end as "truncated": keep them
         t0 = time.time()
         kept, adv, _, totals = policy.effective_batch(groups, run_cfg, lambda values: values)
         micro, _, _ = policy.micro_batches(kept, adv, run_cfg, totals, device)

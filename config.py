@@ -52,8 +52,8 @@ class Config:
     # --- off-policy setup (paper §3.1) ---
     mode: str = "pipeline"  # rollouts.SCHEDULES: pipeline = PipelineRL-k, ppo = PPO-off-policy-k, sync = on-policy
     k: int = 8  # trained completions come from at most k consecutive policy versions (k=1 is on-policy)
-    pipeline_depth: int = 2  # PipelineRL: steps' worth of prompts decoding at once (1 when k=1); k binds only when
-    #                          it is >= k, since a group can be no staler than the batches ahead of it
+    pipeline_depth: int = 2  # PipelineRL: steps' worth of prompts decoding at once (1 when k=1); with even lengths
+    #                          lags reach k-1 only at depth >= k (a long straggler can age to k-1 at any depth)
     max_steps: int = 7400  # optimizer steps (the paper's 8B run: 7,400)
 
     # --- loss (paper §3.2, Eq. 4, A.17) ---
@@ -120,7 +120,7 @@ class Config:
 # thousands (32-40 thinking tokens fit short sums and no long one: that sets the toy's ceiling, see toy.py), an
 # answer budget of 7 tokens (\boxed{NN} and EOS: no room to keep computing after an interruption), a higher
 # learning rate with a shorter warm-up for a tiny model (5e-5 gave gradient-norm spikes to 54 and a late
-# collapse, measured), gradient clipping at 1.0 (see the README: measured), evaluation of all 1,000 held-out
+# collapse, measured), gradient clipping at 1.0 (as tuned; docs/measurements.md), evaluation of all 1,000 held-out
 # prompts x 3 samples every 40 steps (a standard error under 0.01 per point), and bf16 set explicitly (auto
 # would pick fp32 on a CPU) so that the body runs in bf16 and the FP32 LM head means what it does in the paper.
 TOY = dict(
@@ -215,6 +215,10 @@ def parse_args(argv: list[str]) -> Config:
     every field not typed when the model is the toy; then the derived defaults below; then validation."""
     argv = [re.sub(r"^--([^=]+)", lambda m: "--" + m.group(1).replace("-", "_"), a) if a.startswith("--") else a
             for a in argv]
+    for i in range(len(argv) - 1, 0, -1):  # `--lr -1e-3`: argparse takes -1e-3 for a flag; pass it as --lr=-1e-3
+        if re.fullmatch(r"-[0-9.]+(e[-+]?[0-9]+)?|-inf|-nan", argv[i], re.I) and argv[i - 1].startswith("--") \
+                and "=" not in argv[i - 1]:
+            argv[i - 1:i + 1] = [f"{argv[i - 1]}={argv[i]}"]
     given = vars(parser().parse_args(argv))
     values = dict(TOY) if given.get("model", Config.model) in toy.MODELS else {}
     values.update(given)

@@ -419,7 +419,7 @@ def plot(fits, path, x_key):
             Line2D([], [], color="gray", linestyle="--", label="extrapolation"),
             Line2D([], [], color="gray", linestyle=":", label="asymptote A")]
     handles, _ = ax.get_legend_handles_labels()
-    ax.legend(handles=handles + keys, fontsize=7, loc="lower right")
+    ax.legend(handles=handles + keys, fontsize=7, loc="best")  # where it hides the fewest points
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

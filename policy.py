@@ -4,8 +4,8 @@ backward pass over them, and the optimizer step. train.py and bench.py call the 
     model = build(path, device, torch.bfloat16, fp32_head=True)
     kept, adv, zero_var, totals = effective_batch(groups, cfg, all_reduce)    # advantages, zero-variance filter
     micro, padding, _ = micro_batches(kept, adv, cfg, totals, device)         # ready tensors
-    sums = backward(model, micro, cfg, num_micro, world)                      # loss over micro-batches
-    grad_norm, applied = optimizer_step(model, optimizer, lr, cfg.grad_clip, sums["loss"])
+    sums = backward(model, micro, cfg, num_micro, world, pad_id)              # loss over micro-batches
+    grad_norm, finite = optimizer_step(model, optimizer, lr, cfg.grad_clip, global_loss)
 
 FP32 LM head (paper §3.2(c)): the master weights are fp32; each decoder layer is an FSDP2 unit that computes in
 the compute dtype (bf16 on GPU), and the root unit (embedding, final norm, LM head, tied or not) computes in fp32
@@ -122,6 +122,8 @@ def micro_batches(groups: list, adv: torch.Tensor, cfg, totals: dict, device) ->
     micro-batches and the padding fraction bucketed and in arrival order."""
     rows = [(g.prompt_ids, s, a) for g, group_adv in zip(groups, adv.tolist()) for s, a in zip(g.samples, group_adv)]
     prompt_tokens = [sum(sum(s.mask) for s in g.samples) for g in groups for _ in g.samples]
+    trained = [any(s.mask) for _, s, _ in rows]  # a row with no sampled token (dropped as truncated) adds nothing
+    rows, prompt_tokens = [r for r, t in zip(rows, trained) if t], [n for n, t in zip(prompt_tokens, trained) if t]
     weights = losses.token_weights(cfg.loss_agg, torch.tensor([sum(s.mask) for _, s, _ in rows], dtype=torch.long),
                                    torch.tensor(prompt_tokens, dtype=torch.long), int(totals["prompts"]),
                                    int(totals["completions"]), int(totals["tokens"])).tolist()

@@ -100,7 +100,6 @@ class PromptSampler:
         self.retired = set(state["retired"])
 
 
-
 # --- rewards -----------------------------------------------------------------------------------------------------
 def grade_groups(groups: list[Group], grade, cfg) -> list[Group]:
     """Rewards: +1 correct, -1 otherwise (paper A.3), from grade(texts, answers). With --length_penalty, the
@@ -135,16 +134,17 @@ def ppo(r: "Rollouts") -> list[Group]:
 def pipeline(r: "Rollouts") -> list[Group]:
     """PipelineRL-k: the engine always has requests in flight. Train on the oldest finished groups as soon as
     a step's worth is ready; the rest keep decoding across the weight update on their stale KV cache (in-flight
-    update). The lag bound is kept by waiting, as
-    the paper's trainers wait when k steps ahead: a group whose first token is k - 1 versions old must be in
-    this step's batch, so the step waits for it. cfg.pipeline_depth steps' worth of prompts decode at once: the
-    deeper, the staler the groups that finish last (lags reach k - 1 only when the depth is >= k) and the fewer
-    steps wait on a straggler."""
+    update). The lag bound is kept by waiting, as the paper's trainers wait when k steps ahead: a group whose
+    first token is k - 1 versions old must be in this step's batch, so the step waits for it.
+    cfg.pipeline_depth steps' worth of prompts are drawn at the start and one step's worth per step after, so
+    about that many decode at once: the deeper, the staler the groups trained (with lengths as even as the
+    toy's, lags reach k - 1 only at depth >= k; a long straggler can age to k - 1 at any depth). Every rank
+    draws the same number of prompts per step, whatever its own engine holds: the sampler is global."""
     cfg, gen = r.cfg, r.gen
     need = cfg.prompts_per_step // r.world
-    depth = cfg.pipeline_depth if cfg.k > 1 else 1
-    while len(gen.inflight()) + len(gen.finished) < depth * need:
+    for _ in range(1 if r.started else (cfg.pipeline_depth if cfg.k > 1 else 1)):
         r.submit(cfg.prompts_per_step)
+    r.started = True
     oldest = gen.version - (cfg.k - 1)  # the oldest version a group trained now may start at
 
     def due(g):
@@ -181,6 +181,7 @@ class Rollouts:
         self.gen, self.sampler, self.grade_fn, self.cfg, self.rank, self.world = gen, sampler, grade, cfg, rank, world
         self.schedule = SCHEDULES[cfg.mode]
         self.queue: list[Group] = []  # ppo: the rest of the k mini-batches, in draw order
+        self.started = False  # pipeline: the first call fills the pipeline (also after a resume)
         self.graded: list[Group] = []  # graded since the last step: their pass rates go to NPR
         self.t_grade = 0.0  # seconds spent grading in the last next_batch
 

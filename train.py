@@ -25,7 +25,7 @@ import losses
 from generate import Generator  # sets vLLM's in-process env vars before vllm loads
 from rollouts import SCHEDULES, PromptSampler, Rollouts, evaluate
 
-cfg = config.main()  # a bad flag exits 2 here, before anything heavy is loaded
+cfg = config.main()  # a bad flag exits 2 here, before any model, dataset or engine is loaded
 if cfg.dry_run:
     print(json.dumps(config.to_dict(cfg), indent=1))
     sys.exit(0)
@@ -132,9 +132,10 @@ if resume_from:
         fail(str(e))
     print0(f"resumed {run_name} from {resume_from} at step {state['step']}")
 # the generator (generate.py) loads the same weights; the schedule says whether updates land mid-request
-gen = Generator(cfg, model_path, tokenizer, device.type, prefix_caching=not SCHEDULES[cfg.mode].updates_in_flight)
-if resume_from:  # loaded as the running engine got them, through update_weights: on CPUs with AMX, vLLM's bf16
-    gen.update_weights(policy.full_weights(model))  # numerics differ between a fresh load and a reload
+gen = Generator(cfg, resume_from or model_path, tokenizer, device.type,
+                prefix_caching=not SCHEDULES[cfg.mode].updates_in_flight)
+if resume_from:  # and once more through update_weights, as the running engine got them: on CPUs with AMX, vLLM's
+    gen.update_weights(policy.full_weights(model))  # bf16 numerics differ between a fresh load and a reload
 gen.set_version(state["version"])
 rollouts = Rollouts(gen, sampler, grade, cfg, rank, world)
 

@@ -1,9 +1,11 @@
 """Fault injection for the tests, kept out of train.py: patches the functions train.py calls, then runs train.py
 as `python train.py` would. Used by conftest.run_train when a test passes SCALERL_FAULT_* variables:
 
-    SCALERL_FAULT_NAN_STEPS=2,3    the gradient and loss of these optimizer steps (1-based) are NaN
+    SCALERL_FAULT_NAN_STEPS=2,3    the gradient and loss of these steps are NaN
     SCALERL_FAULT_GRAD_FILE=path   save the first step's global loss and full gradient there (rank 0)
     SCALERL_FAULT_ENGINE_STEP=3    vLLM's engine raises during the generation of this step
+
+Steps are counted from 1 in this process (after a --resume, the first step it runs is 1).
 
     python tests/faults.py <train.py flags>          (or under torchrun)
 """

@@ -45,7 +45,15 @@ def test_truncated_completions_leave_the_loss_but_shape_the_advantages():
     micro, _, _ = policy.micro_batches(kept, adv, dataclasses.replace(cfg, loss_agg="sample"), totals, "cpu")
     rows = [s for mb in micro for s in mb.seqs]
     weights = torch.cat([mb.weight for mb in micro])[torch.cat([mb.mask for mb in micro]) > 0]
-    assert len(rows) == 4 and abs(float(weights.sum()) - 1.0) < 1e-12  # sample average over the 3 trained ones
+    assert len(rows) == 3 and abs(float(weights.sum()) - 1.0) < 1e-12  # sample average over the 3 trained ones
+
+
+def test_a_step_whose_completions_are_all_truncated_has_no_gradient_not_a_nan():
+    cfg = config.parse_args(["--group", "4", "--batch", "4"])
+    kept, adv, _, totals = policy.effective_batch([_group([1, -1, -1, 1], truncated={0, 1, 2, 3})], cfg, identity)
+    for agg in ("prompt", "sample", "token"):
+        micro, _, _ = policy.micro_batches(kept, adv, dataclasses.replace(cfg, loss_agg=agg), totals, "cpu")
+        assert micro == []  # nothing to train on: no micro-batch, so no optimizer step (not a non-finite one)
 
 
 def test_truncated_completions_train_as_negatives_when_asked():
