@@ -181,8 +181,9 @@ def fit(part: str, margin: float = 0.02):
     plots = {f"study-{part}.png": logs}
     if part == "axes":  # one figure per axis: the reference seeds and that axis's runs
         for axis in dict.fromkeys(n.split("-")[0] for n in PARTS["axes"]):
-            plots[f"study-axis-{axis}.png"] = [os.path.join(LOG_DIR, f"{n}.jsonl") for n in names
-                                               if n in ref or n.startswith(axis + "-")]
+            runs = [n for n in names if n.startswith(axis + "-")]
+            if runs:  # an axis with no run yet gets no figure
+                plots[f"study-axis-{axis}.png"] = [os.path.join(LOG_DIR, f"{n}.jsonl") for n in [*ref, *runs]]
     for png, files in plots.items():
         subprocess.run([sys.executable, "fit_curve.py", *files, "--fit-fraction", "0.5", "--bootstrap", "0",
                         "--plot", os.path.join(ROOT, "docs", png)], cwd=ROOT, capture_output=True)
