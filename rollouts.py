@@ -136,15 +136,13 @@ def pipeline(r: "Rollouts") -> list[Group]:
     a step's worth is ready; the rest keep decoding across the weight update on their stale KV cache (in-flight
     update). The lag bound is kept by waiting, as the paper's trainers wait when k steps ahead: a group whose
     first token is k - 1 versions old must be in this step's batch, so the step waits for it.
-    cfg.pipeline_depth steps' worth of prompts are drawn at the start and one step's worth per step after, so
-    about that many decode at once: the deeper, the staler the groups trained (with lengths as even as the
-    toy's, lags reach k - 1 only at depth >= k; a long straggler can age to k - 1 at any depth). Every rank
-    draws the same number of prompts per step, whatever its own engine holds: the sampler is global."""
+    cfg.pipeline_depth steps' worth of prompts are drawn at the start, then as many as the last step trained on
+    all ranks, so about that many decode at once: the deeper, the staler the groups trained (with lengths as
+    even as the toy's, lags reach k - 1 only at depth >= k; a long straggler can age to k - 1 at any depth).
+    Every rank draws the same number of prompts, whatever its own engine holds: the sampler is global."""
     cfg, gen = r.cfg, r.gen
     need = cfg.prompts_per_step // r.world
-    for _ in range(1 if r.started else (cfg.pipeline_depth if cfg.k > 1 else 1)):
-        r.submit(cfg.prompts_per_step)
-    r.started = True
+    r.submit(r.refill if r.refill is not None else cfg.prompts_per_step * (cfg.pipeline_depth if cfg.k > 1 else 1))
     oldest = gen.version - (cfg.k - 1)  # the oldest version a group trained now may start at
 
     def due(g):
@@ -156,6 +154,11 @@ def pipeline(r: "Rollouts") -> list[Group]:
     bar.close()
     ready = sorted(gen.finished, key=lambda g: (g.first_version(), g.serial))
     batch = ready[:max(need, sum(map(due, ready)))]  # (more than a batch only if more than one is due)
+    r.refill = len(batch)
+    if dist.is_initialized() and dist.get_world_size() > 1:  # what all ranks took, drawn again by every rank
+        taken = [None] * dist.get_world_size()
+        dist.all_gather_object(taken, len(batch))
+        r.refill = sum(taken)
     return r.grade(gen.take({g.uid for g in batch}))
 
 
@@ -181,7 +184,7 @@ class Rollouts:
         self.gen, self.sampler, self.grade_fn, self.cfg, self.rank, self.world = gen, sampler, grade, cfg, rank, world
         self.schedule = SCHEDULES[cfg.mode]
         self.queue: list[Group] = []  # ppo: the rest of the k mini-batches, in draw order
-        self.started = False  # pipeline: the first call fills the pipeline (also after a resume)
+        self.refill: int | None = None  # pipeline: prompts to draw next (None: fill the pipeline, as after a resume)
         self.graded: list[Group] = []  # graded since the last step: their pass rates go to NPR
         self.t_grade = 0.0  # seconds spent grading in the last next_batch
 
