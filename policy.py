@@ -129,16 +129,19 @@ def micro_batches(groups: list, adv: torch.Tensor, cfg, totals: dict, device) ->
                                    int(totals["completions"]), int(totals["tokens"])).tolist()
     batches, padding, padding_unsorted = buckets([(*row, w) for row, w in zip(rows, weights)], cfg.micro_batch_tokens,
                                                  length=lambda row: len(row[0]) + len(row[1].token_ids))
+    return [_micro_batch(b, device) for b in batches], padding, padding_unsorted
 
-    def flat(values_of):  # (N,) over the tokens of a micro-batch's rows, in order
-        return lambda b, dtype: torch.tensor([x for i, row in enumerate(b) for x in values_of(i, *row)],
-                                             dtype=dtype, device=device)
-    logp_gen, advs = flat(lambda i, p, s, a, w: s.logprobs), flat(lambda i, p, s, a, w: [a] * len(s.mask))
-    weight, mask = flat(lambda i, p, s, a, w: [w] * len(s.mask)), flat(lambda i, p, s, a, w: s.mask)
-    seq_id = flat(lambda i, p, s, a, w: [i] * len(s.mask))
-    micro = [MicroBatch([(p, s.token_ids) for p, s, _, _ in b], logp_gen(b, torch.float32), advs(b, torch.float32),
-                        weight(b, torch.float64), mask(b, torch.long), seq_id(b, torch.long)) for b in batches]
-    return micro, padding, padding_unsorted
+
+def _micro_batch(rows: list, device) -> MicroBatch:
+    """Rows (prompt ids, sample, advantage, weight) -> a MicroBatch; flat tensors over their tokens, in order."""
+    def flat(values, dtype):
+        return torch.tensor(values, dtype=dtype, device=device)
+    return MicroBatch(seqs=[(p, s.token_ids) for p, s, _, _ in rows],
+                      logp_gen=flat([x for _, s, _, _ in rows for x in s.logprobs], torch.float32),
+                      adv=flat([a for _, s, a, _ in rows for _ in s.mask], torch.float32),
+                      weight=flat([w for _, s, _, w in rows for _ in s.mask], torch.float64),
+                      mask=flat([m for _, s, _, _ in rows for m in s.mask], torch.long),
+                      seq_id=flat([i for i, (_, s, _, _) in enumerate(rows) for _ in s.mask], torch.long))
 
 
 def backward(model, micro: list[MicroBatch], cfg, num_micro: int, world: int, pad_id: int) -> dict:

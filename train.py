@@ -253,12 +253,12 @@ def step_record(groups, kept, zero_var, trained_version, sums, totals, grad_norm
         for v, m in zip(s.versions, s.mask):
             if m and v >= 0:
                 token_lags[min(trained_version - v, cfg.k - 1)] += 1
-    lag_tokens = all_reduce({i: n for i, n in enumerate(token_lags)})
     n = all_reduce({"samples": len(samples), "reward": sum(s.reward for s in samples),
                     "correct": sum(s.correct for s in samples), "truncated": sum(s.truncated for s in samples),
                     "interrupted": sum(s.interrupted for s in samples),
                     "completion_tokens": sum(len(s.token_ids) for s in samples), "lag": sum(lags),
                     "groups": len(groups), "zero_var": int(zero_var.sum()),
+                    **{f"lag_tokens_{i}": c for i, c in enumerate(token_lags)},
                     **{k: v for k, v in sums.items() if k not in ("loss", "is_ratio_max")}})
     peak_gib = (torch.cuda.max_memory_allocated() if device.type == "cuda" else
                 resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024) / 2**30
@@ -267,6 +267,7 @@ def step_record(groups, kept, zero_var, trained_version, sums, totals, grad_norm
     trained = [None] * world  # the prompts trained on this step, every rank's, in draw order
     dist.all_gather_object(trained, [(g.serial, g.prompt_idx) for g in groups])
     tokens = max(n["tokens"], 1.0)
+    lag_counts = [n[f"lag_tokens_{i}"] for i in range(cfg.k)]  # trained tokens by lag, all ranks
     return {
         "kind": "train", "step": state["step"], "gpu_hours": state["gpu_hours"], "samples": state["samples"],
         "tokens": state["tokens"], "reward_mean": n["reward"] / n["samples"],
@@ -276,7 +277,7 @@ def step_record(groups, kept, zero_var, trained_version, sums, totals, grad_norm
         "zero_var_frac": n["zero_var"] / n["groups"], "is_ratio_mean": n["is_ratio_sum"] / tokens,
         "is_ratio_max": most["is_ratio_max"], "clip_frac": n["clipped_tokens"] / tokens,
         "mismatch": n["mismatch_sum"] / tokens, "entropy": n["entropy_sum"] / tokens, "lag_mean": n["lag"] / n["groups"],
-        "lag_max": most["lag_max"], "lag_hist": [n / max(sum(lag_tokens.values()), 1) for n in lag_tokens.values()],
+        "lag_max": most["lag_max"], "lag_hist": [c / max(sum(lag_counts), 1) for c in lag_counts],
         "retired_prompts": len(sampler.retired),  # the sampler is the same on every rank
         "padding_frac": padding[0], "padding_frac_unsorted": padding[1],
         "t_generate": timer["generate"] - rollouts.t_grade, "t_grade": rollouts.t_grade, "t_train": timer["train"],
