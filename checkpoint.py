@@ -1,31 +1,56 @@
-"""Checkpoints that survive a crash: atomic, verified on load, resumable to the same step.
+"""Checkpoints that cannot lie, and one writer per run: atomic, verified by content, resumable to the same step.
 
 A checkpoint is out_dir/<run>/ckpt-<step>/ holding
   model.safetensors, config.json, tokenizer files   Hugging Face format: loads in transformers and `vllm serve`
   optimizer.pt                                       full AdamW state (torch.load(weights_only=True))
   state.json                                         counters, data order and curriculum (NPR), drawn prompts
   rng.pt                                             every rank's torch RNG states
-  manifest.json                                      the size of every file above, written last
-It is written to ckpt-<step>.tmp and renamed into place, so a folder named ckpt-<step> is complete; on load a
-file whose size differs from the manifest (a truncated copy, a half-synced disk) makes us fall back to the
-previous checkpoint. Only safetensors and weights_only torch.load are used: no pickle code runs on load.
+  manifest.json                                      the size and SHA-256 of every file above, written last
+It is written to ckpt-<step>.tmp and renamed into place, so a folder named ckpt-<step> is complete. On load every
+file is checked against the manifest by content (a flipped byte fails, whatever the size), state.json must hold
+what a resume reads, rng.pt must load, and every weight must be finite; any failure falls back to the previous
+checkpoint with a warning. Rotation deletes old checkpoints only once the new one has verified, so the newest
+checkpoint that verified is never deleted. Only safetensors and weights_only torch.load are used: no pickle
+code runs on load.
+
+claim_run(...) makes a process the run's only writer (out_dir/<run>/lock, an fcntl lock that the kernel
+releases when the process dies, so a killed run's lock never blocks its resume) and refuses a new run on a used
+name.
 """
+import fcntl
 import glob
+import hashlib
 import json
 import os
 import shutil
+import socket
+import stat
 
 import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict, get_optimizer_state_dict,
                                                      set_optimizer_state_dict)
 
+REQUIRED = ("config.json", "optimizer.pt", "rng.pt", "state.json")  # plus at least one *.safetensors
+MAX_MANIFEST_BYTES = 1 << 20
+
 
 def model_dir(run_dir: str, step: int) -> str:
     return os.path.join(run_dir, f"ckpt-{step:06d}")
 
 
-def save(run_dir: str, state: dict, model, optimizer, sampler_state: dict, tokenizer, run_name: str, keep: int):
+def all_checkpoints(run_dir: str) -> list[str]:
+    """Complete (renamed) checkpoint folders, oldest first."""
+    return sorted(glob.glob(os.path.join(run_dir, "ckpt-[0-9]*[0-9]")))
+
+
+def _sha256(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def save(run_dir: str, state: dict, model, optimizer, sampler_state: dict, tokenizer, run_name: str, keep: int,
+         log=print):
     """Collective: every rank calls it. Rank 0 writes. Nothing in it depends on the number of ranks, so a run
     may resume on a different number of devices."""
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -48,49 +73,87 @@ def save(run_dir: str, state: dict, model, optimizer, sampler_state: dict, token
         torch.save(rngs, os.path.join(tmp, "rng.pt"))
         with open(os.path.join(tmp, "state.json"), "w") as f:
             json.dump({"counters": state, "world_size": world, "sampler": sampler_state, "run_name": run_name}, f)
-        sizes = {name: os.path.getsize(os.path.join(tmp, name)) for name in sorted(os.listdir(tmp))}
-        with open(os.path.join(tmp, "manifest.json"), "w") as f:
-            json.dump(sizes, f)
-        for name in os.listdir(tmp):  # on disk before the rename makes it visible
+        files = sorted(os.path.relpath(os.path.join(d, n), tmp) for d, _, names in os.walk(tmp) for n in names)
+        for name in files:  # on disk before the manifest vouches for them
             with open(os.path.join(tmp, name), "rb") as fh:
                 os.fsync(fh.fileno())
+        manifest = {name: {"bytes": os.path.getsize(os.path.join(tmp, name)), "sha256": _sha256(os.path.join(tmp, name))}
+                    for name in files}
+        with open(os.path.join(tmp, "manifest.json"), "w") as f:
+            json.dump(manifest, f)
+            f.flush()
+            os.fsync(f.fileno())
         shutil.rmtree(final, ignore_errors=True)
         os.rename(tmp, final)
         dir_fd = os.open(run_dir, os.O_RDONLY)  # the rename itself on disk too
         os.fsync(dir_fd)
         os.close(dir_fd)
-        for old in sorted(glob.glob(os.path.join(run_dir, "ckpt-[0-9]*[0-9]")))[:-keep]:
-            shutil.rmtree(old, ignore_errors=True)
+        why = verify(final)  # read back: only a checkpoint that verifies may retire older ones
+        if why is None:
+            for old in all_checkpoints(run_dir)[:-keep]:
+                shutil.rmtree(old, ignore_errors=True)
+        else:
+            log(f"warning: the checkpoint just written does not verify ({why}); older checkpoints are kept")
     dist.barrier()
 
 
-def _verify(path: str) -> str | None:
-    """None if the checkpoint looks complete, else why not."""
+def _regular(path: str) -> bool:
+    """A plain file (a FIFO or a device named like a checkpoint file would hang or lie when read)."""
     try:
-        with open(os.path.join(path, "manifest.json")) as f:
-            sizes = json.load(f)
-        for name, size in sizes.items():
-            actual = os.path.getsize(os.path.join(path, name))
-            if actual != size:
-                return f"{name} has {actual} bytes, expected {size}"
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
+def verify(path: str) -> str | None:
+    """None if the checkpoint is complete and intact, else why not."""
+    try:
+        manifest_path = os.path.join(path, "manifest.json")
+        if not _regular(manifest_path):
+            return "manifest.json is missing or not a regular file"
+        if os.path.getsize(manifest_path) > MAX_MANIFEST_BYTES:
+            return "manifest.json is implausibly large"
+        with open(manifest_path) as f:
+            manifest = json.load(f)
+        if not isinstance(manifest, dict) or not all(isinstance(v, dict) for v in manifest.values()):
+            return "manifest.json is not a checkpoint manifest (written by an older version?)"
+        missing = [n for n in REQUIRED if n not in manifest]
+        if missing or not any(n.endswith(".safetensors") for n in manifest):
+            return f"manifest.json lists no {', '.join(missing) or '*.safetensors'}"
+        for name, expect in manifest.items():
+            full = os.path.normpath(os.path.join(path, name))
+            if not full.startswith(os.path.normpath(path) + os.sep) or not _regular(full):
+                return f"{name} is missing or not a regular file"
+            if os.path.getsize(full) != expect.get("bytes"):
+                return f"{name} has {os.path.getsize(full)} bytes, expected {expect.get('bytes')}"
+            if _sha256(full) != expect.get("sha256"):
+                return f"{name} does not match its SHA-256 in the manifest (corrupted)"
         with open(os.path.join(path, "state.json")) as f:
-            json.load(f)
+            saved = json.load(f)
+        if not (isinstance(saved, dict) and isinstance(saved.get("counters"), dict)
+                and isinstance(saved["counters"].get("step"), int) and isinstance(saved.get("sampler"), dict)):
+            return "state.json lacks the counters or the sampler state"
+        rngs = torch.load(os.path.join(path, "rng.pt"), weights_only=True)
+        if not isinstance(rngs, list) or not all(isinstance(r, dict) and "cpu" in r for r in rngs):
+            return "rng.pt holds no RNG states"
         from safetensors import safe_open
-        for name in sizes:
-            if name.endswith(".safetensors"):
-                with safe_open(os.path.join(path, name), "pt") as f:
-                    f.keys()
+        for name in (n for n in manifest if n.endswith(".safetensors")):
+            with safe_open(os.path.join(path, name), "pt") as f:
+                for key in f.keys():
+                    t = f.get_tensor(key)
+                    if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+                        return f"{name}: weight {key} is not finite"
     except Exception as e:  # any unreadable piece means: not this one
-        return f"{type(e).__name__}: {e}"
+        return f"{type(e).__name__}: {str(e)[:200]}"
     return None
 
 
 def find_latest(run_dir: str, log=print) -> str | None:
-    """The newest complete checkpoint folder (rank 0 decides, every rank gets the answer)."""
+    """The newest checkpoint that verifies (rank 0 decides, every rank gets the answer)."""
     choice = [None]
     if dist.get_rank() == 0:
-        for path in sorted(glob.glob(os.path.join(run_dir, "ckpt-[0-9]*[0-9]")), reverse=True):
-            why = _verify(path)
+        for path in reversed(all_checkpoints(run_dir)):
+            why = verify(path)
             if why is None:
                 choice[0] = path
                 break
@@ -101,24 +164,68 @@ def find_latest(run_dir: str, log=print) -> str | None:
 
 def load_state(path: str, model, optimizer, sampler, rank: int) -> dict:
     """Restore optimizer, data order, curriculum and RNG; return the counters. The model weights were loaded
-    from the same folder by from_pretrained."""
+    from the same folder by from_pretrained. A failure is a RuntimeError with one line (the files verified, so
+    this means a file this code cannot use, e.g. from another version)."""
     with open(os.path.join(path, "state.json")) as f:
         saved = json.load(f)
-    optim_sd, status = {}, [None]
+    optim_sd, rngs, status = {}, [], [None]
     if rank == 0:  # the only reader; every rank must learn whether it worked, or the others would wait forever
         try:
             optim_sd = torch.load(os.path.join(path, "optimizer.pt"), weights_only=True)
         except Exception as e:
-            status = [f"{type(e).__name__}: {e}"]
+            status = [f"optimizer.pt: {type(e).__name__}: {str(e)[:200]}"]
     dist.broadcast_object_list(status)
-    if status[0] is not None:
-        raise RuntimeError(f"{path}/optimizer.pt cannot be read ({status[0][:200]})")
-    set_optimizer_state_dict(model, optimizer, optim_sd,
-                             options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
-    sampler.load_state_dict(saved["sampler"])
-    rngs = torch.load(os.path.join(path, "rng.pt"), weights_only=True)
-    if rank < len(rngs):  # the same number of ranks as before: each gets its own RNG state back
-        torch.set_rng_state(rngs[rank]["cpu"])
-        if "cuda" in rngs[rank] and torch.cuda.is_available():
-            torch.cuda.set_rng_state(rngs[rank]["cuda"])
+    try:
+        if status[0] is not None:
+            raise RuntimeError(status[0])
+        set_optimizer_state_dict(model, optimizer, optim_sd,
+                                 options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+        sampler.load_state_dict(saved["sampler"])
+        rngs = torch.load(os.path.join(path, "rng.pt"), weights_only=True)
+        if rank < len(rngs):  # the same number of ranks as before: each gets its own RNG state back
+            torch.set_rng_state(rngs[rank]["cpu"])
+            if "cuda" in rngs[rank] and torch.cuda.is_available():
+                torch.cuda.set_rng_state(rngs[rank]["cuda"])
+    except Exception as e:
+        raise RuntimeError(f"{path} cannot be resumed from ({type(e).__name__}: {str(e)[:200]})") from None
     return saved["counters"]
+
+
+class RunError(RuntimeError):
+    """A run that must not start: one line for the user."""
+
+
+def claim_run(run_dir: str, log_path: str, resume: bool):
+    """Before anything heavy starts: the log and run folders are writable, a new run does not reuse a name
+    (it would append to the old log and overwrite its checkpoints), a resumed run exists, and this process is
+    the run's only writer. Returns the held lock file (keep it open for the process's life); raises RunError.
+
+    The lock is out_dir/<run>/lock with the holder's pid and host, held by fcntl.flock: the kernel drops it
+    when its process dies, so a stale lock left by a killed run is simply taken over."""
+    import tempfile
+    for folder, flag in ((os.path.dirname(log_path) or ".", "--log_dir"), (os.path.dirname(run_dir) or ".", "--out_dir")):
+        try:
+            os.makedirs(folder, exist_ok=True)
+            tempfile.TemporaryFile(dir=folder).close()
+        except OSError as e:
+            raise RunError(f"{flag} {folder} is not a writable folder ({type(e).__name__}: {e.strerror or e})") from None
+    if resume and not os.path.isdir(run_dir):
+        raise RunError(f"--resume: no run folder {run_dir}")
+    os.makedirs(run_dir, exist_ok=True)
+    f = open(os.path.join(run_dir, "lock"), "a+")
+    try:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        holder = f.read().strip() or "another process"
+        f.close()
+        raise RunError(f"run folder {run_dir} is in use by {holder}: one writer per run") from None
+    if not resume and (all_checkpoints(run_dir) or (os.path.exists(log_path) and os.path.getsize(log_path))):
+        f.close()
+        raise RunError(f"a run named {os.path.basename(run_dir)} exists ({log_path}, {run_dir}): pass --resume to "
+                       "continue it, or choose another --run_name")
+    f.seek(0)
+    f.truncate()
+    f.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
+    f.flush()
+    return f

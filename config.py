@@ -103,7 +103,9 @@ class Config:
     save_every: int = 100  # steps; -1 disables
     keep_checkpoints: int = 2  # newest checkpoints kept on disk
     max_bad_steps: int = 3  # consecutive non-finite steps (skipped) before the run stops
-    grade_timeout_s: float = 1.0  # hard bound on grading one completion
+    grade_timeout_s: float = 1.0  # hard bound on grading one completion, seconds (0.5 to 60)
+    grade_step_budget_s: float = 60.0  # hard bound on a step's grading, seconds (an evaluation gets this per
+    #                                    --batch completions); what is not graded in time is wrong, and counted
     dump_every: int = -1  # steps; write prompts, completions, rewards and lags to out_dir/<run>/rollouts/
 
     def vllm_max_len(self, phrase_tokens: int) -> int:
@@ -257,11 +259,17 @@ def validate(cfg: Config) -> None:
     if cfg.mode == "sync" and cfg.k != 1:
         bad(f"--mode sync is on-policy: --k must be 1, got {cfg.k}")
     for name in ("lr", "temperature", "eps_max", "eps_low", "eps_high", "eps_clip", "gspo_eps_low", "gspo_eps_high",
-                 "grade_timeout_s", "vllm_memory"):
+                 "grade_timeout_s", "grade_step_budget_s", "vllm_memory"):
         if getattr(cfg, name) <= 0:
             bad(f"--{name} must be > 0, got {getattr(cfg, name)}")
     if cfg.eps_low >= 1 or cfg.eps_clip >= 1 or cfg.gspo_eps_low >= 1:
         bad("--eps_low, --eps_clip and --gspo_eps_low must be < 1 (the lower clip is 1 - eps)")
+    if not 0.5 <= cfg.grade_timeout_s <= 60:  # below 0.5 s even right answers miss it (0 of 20 at 0.05 s)
+        bad(f"--grade_timeout_s must be between 0.5 and 60 seconds, got {cfg.grade_timeout_s}")
+    if not cfg.grade_timeout_s <= cfg.grade_step_budget_s <= 3600:
+        bad(f"--grade_step_budget_s must be between --grade_timeout_s and 3600 seconds, got {cfg.grade_step_budget_s}")
+    if not 0 <= cfg.seed < 2**32 - 2**16:  # torch, numpy and vLLM seeds are 32-64 bit; rank and prompt offsets add
+        bad(f"--seed must be in [0, {2**32 - 2**16}), got {cfg.seed}")
     if cfg.vllm_memory > 1:
         bad(f"--vllm_memory is a fraction in (0, 1], got {cfg.vllm_memory}")
     for name in ("max_steps", "warmup_steps", "eval_samples", "eval_prompts", "micro_batch_tokens", "pipeline_depth",

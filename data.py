@@ -47,27 +47,46 @@ NUM_HELD_OUT = 1000  # paper §2.1: 1,000 prompts held out at random for validat
 HELD_OUT_SEED = 1234  # fixed, whatever --seed, so runs that differ in seed share one validation set
 
 
-def _read(name: str) -> tuple[list[dict], dict]:
+def _hub_reachable(timeout_s: float = 3.0) -> bool:
+    """Whether the Hugging Face Hub answers within timeout_s; offline, `datasets` would retry for tens of seconds."""
+    import socket
+    from urllib.parse import urlparse
+    from huggingface_hub import constants
+    try:
+        socket.create_connection((urlparse(constants.ENDPOINT).hostname, 443), timeout=timeout_s).close()
+        return True
+    except OSError:
+        return False
+
+
+def _read(name: str, flag: str = "--dataset") -> tuple[list[dict], dict]:
     """Rows of a named dataset or a local .jsonl/.parquet file, through `datasets`, and its field spec."""
     import datasets
+    datasets.disable_progress_bars()  # its progress and retry chatter would bury the one error line
+    datasets.logging.set_verbosity_error()
     if name in DATASETS:
         spec = DATASETS[name]
+        if not datasets.config.HF_HUB_OFFLINE and not _hub_reachable():
+            datasets.config.HF_HUB_OFFLINE = True  # the local cache or nothing, at once
         try:
             ds = datasets.load_dataset(spec["path"], spec.get("name"), split=spec["split"])
+            return ds.to_list(), spec
         except Exception as e:  # offline, not cached, moved: one line, not a traceback
-            raise DataError(f"dataset {name!r} ({spec['path']}) could not be loaded from the Hugging Face Hub: it "
-                            f"needs a download or a local cache ({type(e).__name__}: {str(e)[:200]})") from None
-        return ds.to_list(), spec
+            where = "the local cache (the Hub is not reachable)" if datasets.config.HF_HUB_OFFLINE else "the Hub"
+            raise DataError(f"{flag} {name} ({spec['path']}) could not be loaded from {where}: it needs a download "
+                            f"or a local cache ({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})"
+                            ) from None
     if not name.endswith((".jsonl", ".json", ".parquet")):
-        raise DataError(f"--dataset {name!r}: not a named dataset ({', '.join(DATASETS)}, toy) or a .jsonl/.parquet file")
+        raise DataError(f"{flag} {name!r}: not a named dataset ({', '.join(DATASETS)}, toy) or a .jsonl/.parquet file")
     if not os.path.isfile(name):
-        raise DataError(f"--dataset {name}: no such file")
+        raise DataError(f"{flag} {name}: no such file" + (" (it is a directory)" if os.path.isdir(name) else ""))
+    kind = "parquet" if name.endswith(".parquet") else "JSON lines"
     try:
-        ds = datasets.load_dataset("parquet" if name.endswith(".parquet") else "json", data_files=name, split="train")
+        ds = datasets.load_dataset("parquet" if kind == "parquet" else "json", data_files=name, split="train")
+        rows = ds.to_list()  # text is decoded here: bad UTF-8 fails here
     except Exception as e:
-        raise DataError(f"{name}: cannot be read as {'parquet' if name.endswith('.parquet') else 'JSON lines'} "
+        raise DataError(f"{flag} {name}: cannot be read as {kind} "
                         f"({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})") from None
-    rows = ds.to_list()
     fields = set(ds.column_names)
     prompt = next((f for f in LOCAL_PROMPT_FIELDS if f in fields), None)
     answer = next((f for f in LOCAL_ANSWER_FIELDS if f in fields), None)
@@ -77,9 +96,9 @@ def _read(name: str) -> tuple[list[dict], dict]:
     return rows, {"prompt": prompt, "answer": answer}
 
 
-def _rows(name: str) -> list[dict]:
+def _rows(name: str, flag: str = "--dataset") -> list[dict]:
     """{"prompt", "answer"} rows, checked: every row must have text in both fields."""
-    raw, spec = _read(name)
+    raw, spec = _read(name, flag)
     if not raw:
         raise DataError(f"{name}: the dataset is empty")
     rows = []
@@ -101,30 +120,58 @@ def _rows(name: str) -> list[dict]:
     return rows
 
 
-def load_task(cfg, tokenizer) -> tuple[list[dict], list[dict], callable]:
-    """(train rows, eval rows, grade) for cfg.dataset. Rows are {"prompt", "answer", "prompt_ids"}; prompts
-    longer than prompt_max_tokens are dropped. grade(completions, answers) -> rewards."""
+def read_task(cfg, log=print) -> tuple[list[dict], list[dict]]:
+    """(train rows, eval rows) of {"prompt", "answer"} for cfg.dataset, before any model exists (a bad dataset is
+    reported at once). A prompt appears once: repeats are dropped before the held-out split, and training
+    prompts that are also evaluation prompts leave the training set (both counted in a line to `log`)."""
     if cfg.dataset == "toy":
         import toy
-        train, val, grade = toy.toy_rows("train"), toy.toy_rows("val"), toy.grade_toy
+        if cfg.eval_dataset:
+            raise DataError("--eval_dataset: the toy task has its own held-out split; it takes no --eval_dataset")
+        return toy.toy_rows("train"), toy.toy_rows("val")
+    train, seen, repeats = [], set(), 0
+    for r in _rows(cfg.dataset):
+        repeats += r["prompt"] in seen
+        if r["prompt"] not in seen:
+            seen.add(r["prompt"])
+            train.append(r)
+    eval_name = cfg.eval_dataset or DATASETS.get(cfg.dataset, {}).get("eval")
+    if eval_name:
+        val = _rows(eval_name, "--eval_dataset")
+        held = {r["prompt"] for r in val}
+        overlap = sum(r["prompt"] in held for r in train)
+        train = [r for r in train if r["prompt"] not in held]
+    else:  # hold out validation prompts at random (paper §2.1)
+        order = list(range(len(train)))
+        random.Random(HELD_OUT_SEED).shuffle(order)
+        held = set(order[:min(NUM_HELD_OUT, len(train) // 10)])
+        train, val, overlap = [r for i, r in enumerate(train) if i not in held], [train[i] for i in sorted(held)], 0
+    if not val:
+        raise DataError(f"--dataset {cfg.dataset}: too few rows to hold out a validation split (use --eval_dataset)")
+    if not train:
+        raise DataError(f"--dataset {cfg.dataset}: no training prompt is left once the evaluation prompts are removed")
+    log(f"dataset {cfg.dataset}: {len(train)} training prompts, {len(val)} held out"
+        + (f" ({eval_name})" if eval_name else "") + f"; {repeats} repeated prompts dropped"
+        + (f", {overlap} training prompts that are also evaluation prompts dropped" if overlap else ""))
+    return train, val
+
+
+def load_task(cfg, tokenizer, rows: tuple[list[dict], list[dict]] | None = None, log=print
+              ) -> tuple[list[dict], list[dict], callable]:
+    """(train rows, eval rows, grade) for cfg.dataset (or the rows read_task already read). Rows are {"prompt",
+    "answer", "prompt_ids"}; prompts longer than prompt_max_tokens are dropped. grade(completions, answers) ->
+    rewards."""
+    train, val = rows or read_task(cfg, log)
+    if cfg.dataset == "toy":
+        import toy
+        grade = toy.grade_toy
     else:
-        train = _rows(cfg.dataset)
-        eval_name = cfg.eval_dataset or DATASETS.get(cfg.dataset, {}).get("eval")
-        if eval_name:
-            val = _rows(eval_name)
-        else:  # hold out validation prompts at random (paper §2.1)
-            order = list(range(len(train)))
-            random.Random(HELD_OUT_SEED).shuffle(order)
-            held = set(order[:min(NUM_HELD_OUT, len(train) // 10)])
-            train, val = [r for i, r in enumerate(train) if i not in held], [train[i] for i in sorted(held)]
-        if not val:
-            raise DataError(f"{cfg.dataset}: too few rows to hold out a validation split (use --eval_dataset)")
         if cfg.reward == "exact":  # plain tasks: the first line of the final answer must equal the answer
             grade = partial(grade_exact, thinking=prompt_opens_thinking(tokenizer))
         else:
-            for r in train + val:
-                r["prompt"] = f"{r['prompt']}\n{MATH_INSTRUCTION}"
-            grade = MathGrader(cfg.grade_timeout_s, thinking=prompt_opens_thinking(tokenizer))
+            train, val = ([{**r, "prompt": f"{r['prompt']}\n{MATH_INSTRUCTION}"} for r in split] for split in (train, val))
+            grade = MathGrader(cfg.grade_timeout_s, thinking=prompt_opens_thinking(tokenizer),
+                               step_budget_s=cfg.grade_step_budget_s)
     for rows in (train, val):
         for r in rows:
             r["prompt_ids"] = format_prompt(tokenizer, r["prompt"])
@@ -219,14 +266,26 @@ class MathGrader:
     completion gets the incorrect reward. Workers' stderr goes to /dev/null: math-verify prints the entire
     offending input on a timeout. Rules, in the parent, before any parsing (boxed_answers): no answer part or
     no \\boxed{} -> incorrect; several \\boxed{} with different contents -> incorrect (no hedging); a box longer
-    than MAX_ANSWER_CHARS, unclosed, or more than MAX_BOXES boxes -> incorrect."""
+    than MAX_ANSWER_CHARS, unclosed, or more than MAX_BOXES boxes -> incorrect.
 
-    def __init__(self, timeout_s: float = 1.0, num_workers: int = 0, thinking: bool = True):
+    A step's grading is bounded too: new_budget(seconds) at the start of a step gives every call until the next
+    new_budget that many seconds in all (grading time only, not the decoding between calls); once it is spent,
+    the rest is incorrect without being graded. `ungraded` counts the completions marked incorrect for lack of
+    time (over their own deadline or the step's), so the log can say how many there were."""
+
+    def __init__(self, timeout_s: float = 1.0, num_workers: int = 0, thinking: bool = True,
+                 step_budget_s: float = float("inf")):
         import tempfile
-        self.timeout_s, self.thinking = timeout_s, thinking
+        self.timeout_s, self.thinking, self.step_budget_s = timeout_s, thinking, step_budget_s
+        self.budget_left_s = step_budget_s
         self.workdir = tempfile.mkdtemp(prefix="grader-")  # the workers' cwd: nothing lands in the project
         self.workers = [self._spawn() for _ in range(num_workers or max(1, min(4, os.cpu_count() or 1)))]
         self.killed = 0  # workers replaced after a missed deadline
+        self.ungraded = 0  # completions marked incorrect for lack of time, since the grader was made
+
+    def new_budget(self, seconds: float | None = None):
+        """Start a step: the calls until the next new_budget share `seconds` (default: step_budget_s)."""
+        self.budget_left_s = self.step_budget_s if seconds is None else seconds
 
     def _spawn(self):
         import subprocess
@@ -253,16 +312,23 @@ class MathGrader:
             w["ready"] = True
         return w["proc"]
 
-    def __call__(self, completions: list[str], answers: list[str]) -> list[float]:
+    def __call__(self, completions: list[str], answers: list[str], thinking: bool | None = None) -> list[float]:
         import select
+        t_start = time.monotonic()
+        budget_end = t_start + max(self.budget_left_s, 0.0)
         rewards, todo = [-1.0] * len(completions), []
         for n, (completion, answer) in enumerate(zip(completions, answers)):
             completion = completion.encode("utf-8", "replace").decode("utf-8")  # lone surrogates become "?"
-            content = final_answer(completion, self.thinking)
+            content = final_answer(completion, self.thinking if thinking is None else thinking)
             if content is not None:
                 todo.append((n, json.dumps({"id": n, "content": content, "answer": str(answer)})))
         busy = {}  # worker index -> (item index, deadline)
         while todo or busy:
+            if time.monotonic() >= budget_end:  # the step's grading time is spent: the rest is incorrect
+                for k in busy:
+                    self._replace(k)
+                self.ungraded += len(busy) + len(todo)
+                break
             for k in range(len(self.workers)):
                 if k not in busy and todo:
                     n, request = todo.pop()
@@ -272,7 +338,7 @@ class MathGrader:
                         self.workers[k] = self._spawn()
                         todo.append((n, request))
                         continue
-                    busy[k] = (n, time.monotonic() + self.timeout_s)
+                    busy[k] = (n, min(time.monotonic() + self.timeout_s, budget_end))
             wait = max(0.0, min(deadline for _, deadline in busy.values()) - time.monotonic())
             readable, _, _ = select.select([self.workers[k]["proc"].stdout for k in busy], [], [], wait)
             for k, (n, deadline) in list(busy.items()):
@@ -281,17 +347,21 @@ class MathGrader:
                     answer_line = proc.stdout.readline().split()
                     rewards[n] = 1.0 if answer_line == [str(n), "1"] else -1.0  # its own answer, or nothing
                     if answer_line[:1] != [str(n)]:  # out of step (or dead): never trust this worker again
-                        proc.kill()
-                        proc.wait()
-                        self.workers[k] = self._spawn()
+                        self._replace(k)
                     del busy[k]
                 elif time.monotonic() >= deadline:  # over its time: incorrect, and a fresh worker
-                    proc.kill()
-                    proc.wait()
-                    self.workers[k] = self._spawn()
+                    self._replace(k)
                     self.killed += 1
+                    self.ungraded += 1
                     del busy[k]
+        self.budget_left_s -= time.monotonic() - t_start
         return rewards
+
+    def _replace(self, k: int):
+        proc = self.workers[k]["proc"]
+        proc.kill()
+        proc.wait()
+        self.workers[k] = self._spawn()
 
     def close(self):
         for w in self.workers:
@@ -303,14 +373,16 @@ class MathGrader:
 _default_grader = None
 
 
-def math_reward(completion: str, answer: str) -> float:
-    """Grade one completion with math-verify against a trusted answer: +1 or -1, within about a second."""
+def math_reward(completion: str, answer: str, thinking: bool = False) -> float:
+    """Grade one completion with math-verify against a trusted answer: +1 or -1, within about a second. The
+    answer is the \\boxed{} after the last </think>, or anywhere in a completion that has no thinking part;
+    thinking=True says the prompt opened a thinking block, so a completion that never closes it has no answer."""
     global _default_grader
     if _default_grader is None:
         import atexit
         _default_grader = MathGrader()
         atexit.register(_default_grader.close)
-    return _default_grader([completion], [answer])[0]
+    return _default_grader([completion], [answer], thinking=thinking)[0]
 
 
 def format_prompt(tokenizer, question: str) -> list[int]:

@@ -24,6 +24,7 @@ the paper drops its first ~1.5k GPU-h (§2.1). Needs numpy and scipy (matplotlib
 import argparse
 import json
 import math
+import os
 import signal
 import sys
 from dataclasses import dataclass
@@ -67,7 +68,7 @@ def read_log(path, x_key):
                 continue
             try:
                 rec = json.loads(line)
-            except json.JSONDecodeError:
+            except (ValueError, RecursionError):  # bad JSON, a 5000-digit number, 100k-deep nesting
                 rec = None
             if not isinstance(rec, dict):
                 warn(f"{path}:{line_num}: not a JSON object (truncated write?), skipped")
@@ -90,6 +91,11 @@ def read_log(path, x_key):
     if num_repeats:
         warn(f"{path}: {num_repeats} eval records repeat an earlier step (resumed run?), "
              "kept the last of each")
+    by_order = [by_step[k] for k in sorted(by_step)]
+    drops = [(a, b) for a, b in zip(by_order, by_order[1:]) if b[0] < a[0]]
+    if drops:
+        warn(f"{path}: {x_key} decreases {len(drops)} time(s) as steps increase (first {drops[0][0][0]:.4g} -> "
+             f"{drops[0][1][0]:.4g}): a clock reset or two runs in one log? Points are fitted in {x_key} order")
     points = sorted(list(by_step.values()) + no_step)
     x, y = (np.array(v, dtype=float) for v in zip(*points)) if points else (np.zeros(0),) * 2
     return config, x, y
@@ -470,6 +476,10 @@ def main(argv=None):
         if importlib.util.find_spec("matplotlib") is None:  # before any fitting, as one line
             print("error: --plot needs matplotlib (pip install matplotlib)", file=sys.stderr)
             return 2
+        folder = os.path.dirname(os.path.abspath(args.plot))
+        if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+            print(f"error: --plot {args.plot}: {folder} is not a writable folder", file=sys.stderr)
+            return 2
     fits = []
     for path in args.files:
         try:
@@ -493,7 +503,8 @@ def main(argv=None):
         try:
             plot([f for f, _, _ in rows], args.plot, args.x)
         except OSError as e:
-            warn(f"{args.plot}: cannot write plot: {e.strerror or e}")
+            print(f"error: --plot {args.plot}: cannot write the plot ({e.strerror or e})", file=sys.stderr)
+            return 1
     return 0
 
 

@@ -187,10 +187,15 @@ class Rollouts:
         self.refill: int | None = None  # pipeline: prompts to draw next (None: fill the pipeline, as after a resume)
         self.graded: list[Group] = []  # graded since the last step: their pass rates go to NPR
         self.t_grade = 0.0  # seconds spent grading in the last next_batch
+        self.ungraded = 0  # completions marked wrong in the last next_batch for lack of grading time
 
     def next_batch(self) -> list[Group]:
         self.t_grade = 0.0
+        before = ungraded(self.grade_fn)
+        if hasattr(self.grade_fn, "new_budget"):  # a grader with a time bound per step (data.MathGrader)
+            self.grade_fn.new_budget()
         groups = self.schedule.next_batch(self)
+        self.ungraded = ungraded(self.grade_fn) - before
         self.sampler.observe(self.graded)  # NPR sees every rank's graded groups (a collective)
         self.graded = []
         return groups
@@ -218,6 +223,11 @@ class Rollouts:
         return [(g.serial, g.prompt_idx) for g in self.gen.inflight() + self.gen.finished + self.queue if g.serial >= 0]
 
 
+def ungraded(grade) -> int:
+    """Completions a grader has marked wrong for lack of time so far (0 for graders that always finish)."""
+    return getattr(grade, "ungraded", 0)
+
+
 # --- evaluation (paper §2.1) ---------------------------------------------------------------------------------------
 def evaluate(gen: Generator, rows: list[dict], cfg, grade, first_index: int = 0, stride: int = 1) -> dict:
     """Sums over these held-out prompts, eval_samples completions each (the paper's mean@16 is correct /
@@ -231,10 +241,14 @@ def evaluate(gen: Generator, rows: list[dict], cfg, grade, first_index: int = 0,
         uids.add(uid)
     groups = gen.run_until_done(uids, "evaluate") if uids else []
     samples = [s for g in groups for s in g.samples]
+    before = ungraded(grade)
+    if hasattr(grade, "new_budget"):  # the step's grading budget for every --batch completions graded
+        grade.new_budget(cfg.grade_step_budget_s * max(1.0, len(samples) / cfg.batch))
     rewards = grade([s.text for s in samples], [g.answer for g in groups for _ in g.samples]) if samples else []
     # the pass rate's sampling variance for these fixed prompts: sum over prompts of p(1-p)/n, unbiased per prompt
     n = cfg.eval_samples
     correct = [sum(r > 0 for r in rewards[j * n:(j + 1) * n]) for j in range(len(groups))]
     variance = sum(c * (n - c) / (n * n * (n - 1)) for c in correct) if n > 1 else float("nan")  # needs n >= 2
     return {"correct": sum(correct), "samples": len(samples), "prompts": len(groups), "variance_sum": variance,
+            "ungraded": ungraded(grade) - before,
             "truncated": sum(s.truncated for s in samples), "completion_tokens": sum(len(s.token_ids) for s in samples)}

@@ -15,15 +15,40 @@ import json
 import math
 import os
 import resource
+import signal
 import sys
 import time
 from contextlib import contextmanager
 
-import config
-import data
-import losses
-from generate import Generator  # sets vLLM's in-process env vars before vllm loads
-from rollouts import SCHEDULES, PromptSampler, Rollouts, evaluate
+
+class Interrupt:
+    """Ctrl-C (SIGINT; torchrun passes it to every rank) stops cleanly, with one line, exit status 130 and no
+    traceback: during the loop, after the current step and a checkpoint; otherwise, or at a second Ctrl-C, at
+    once (the log stays valid: it is flushed per record; a half-written checkpoint is a .tmp folder, ignored)."""
+
+    def __init__(self):
+        self.in_loop = self.requested = False
+        signal.signal(signal.SIGINT, self)
+
+    def __call__(self, signum, frame):
+        if self.in_loop and not self.requested:
+            self.requested = True
+            print("interrupted: stopping after this step and a checkpoint (Ctrl-C again to stop now)", file=sys.stderr,
+                  flush=True)
+            return
+        print("error: interrupted", file=sys.stderr, flush=True)
+        os._exit(130)  # not an exception: vLLM or gloo code mid-call must not print a traceback on the way out
+
+
+interrupt = Interrupt()  # before the slow imports below (vLLM): a Ctrl-C in start-up is clean too
+
+
+import config  # noqa: E402
+import data  # noqa: E402
+import losses  # noqa: E402
+from generate import Generator  # noqa: E402  sets vLLM's in-process env vars before vllm loads
+from rollouts import SCHEDULES, PromptSampler, Rollouts, evaluate  # noqa: E402
+
 
 cfg = config.main()  # a bad flag exits 2 here, before any model, dataset or engine is loaded
 if cfg.dry_run:
@@ -77,8 +102,19 @@ dist.broadcast_object_list(names)  # every rank uses rank 0's timestamp
 run_name = names[0]
 run_dir = os.path.join(cfg.out_dir, run_name)
 log_path = os.path.join(cfg.log_dir, f"{run_name}.jsonl")
-if cfg.resume and not os.path.isdir(run_dir):
-    fail(f"--resume: no run folder {run_dir}")
+problem = [None]
+if master:  # writable folders, a new name or a resumable run, and one writer per run (checkpoint.claim_run)
+    try:
+        run_lock = checkpoint.claim_run(run_dir, log_path, cfg.resume)
+    except checkpoint.RunError as e:
+        problem = [str(e)]
+dist.broadcast_object_list(problem)
+if problem[0]:
+    fail(problem[0])
+try:  # the dataset before any model: a bad one is reported at once, not after the toy's warm start
+    task_rows = data.read_task(cfg, log=print0)
+except data.DataError as e:
+    fail(str(e))
 torch.manual_seed(cfg.seed + rank)
 
 # -----------------------------------------------------------------------------------------------------------
@@ -96,7 +132,7 @@ try:
 except (OSError, ValueError) as e:  # not on disk and no network, or not a causal LM folder
     fail(f"--model {cfg.model}: cannot load its config and tokenizer ({type(e).__name__}: {str(e).splitlines()[0][:200]})")
 try:
-    train_rows, eval_rows, grade = data.load_task(cfg, tokenizer)
+    train_rows, eval_rows, grade = data.load_task(cfg, tokenizer, task_rows)
 except data.DataError as e:
     fail(str(e))
 if cfg.interruptions and data.think_end_id(tokenizer) is None:
@@ -132,8 +168,11 @@ if resume_from:
         fail(str(e))
     print0(f"resumed {run_name} from {resume_from} at step {state['step']}")
 # the generator (generate.py) loads the same weights; the schedule says whether updates land mid-request
-gen = Generator(cfg, resume_from or model_path, tokenizer, device.type,
-                prefix_caching=not SCHEDULES[cfg.mode].updates_in_flight)
+try:
+    gen = Generator(cfg, resume_from or model_path, tokenizer, device.type,
+                    prefix_caching=not SCHEDULES[cfg.mode].updates_in_flight)
+except Exception as e:  # too little memory for the KV cache, an unsupported model...: one line, status 4
+    fail(f"the vLLM engine failed to start: {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}", 4)
 if resume_from:  # and once more through update_weights, as the running engine got them: on CPUs with AMX, vLLM's
     gen.update_weights(policy.full_weights(model))  # bf16 numerics differ between a fresh load and a reload
 gen.set_version(state["version"])
@@ -238,9 +277,18 @@ def run_evaluation(step: int):
     n = ev["samples"]
     log({"kind": "eval", "step": step, "gpu_hours": clock.hours, "samples": state["samples"], "tokens": state["tokens"],
          "pass_rate": ev["correct"] / n, "pass_rate_se": ev["variance_sum"] ** 0.5 / ev["prompts"],
-         "eval_truncation_rate": ev["truncated"] / n,
+         "eval_truncation_rate": ev["truncated"] / n, "eval_ungraded": int(ev["ungraded"]),
          "eval_completion_tokens": ev["completion_tokens"] / n, "eval_samples": int(n), "t_eval": time.time() - t0})
     print0(f"eval step {step}: pass rate {ev['correct'] / n:.3f} on {int(n)} samples ({time.time() - t0:.1f}s)")
+
+
+def resident_gib() -> float:
+    """This process's resident memory now (GiB; the most of any rank is logged): what a soak run watches."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**30
+    except OSError:  # not Linux: the peak is the best there is
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024) / 2**30
 
 
 def step_record(groups, kept, zero_var, trained_version, sums, totals, grad_norm, finite, updated, lr, padding, timer
@@ -257,13 +305,13 @@ def step_record(groups, kept, zero_var, trained_version, sums, totals, grad_norm
                     "correct": sum(s.correct for s in samples), "truncated": sum(s.truncated for s in samples),
                     "interrupted": sum(s.interrupted for s in samples),
                     "completion_tokens": sum(len(s.token_ids) for s in samples), "lag": sum(lags),
-                    "groups": len(groups), "zero_var": int(zero_var.sum()),
+                    "groups": len(groups), "zero_var": int(zero_var.sum()), "ungraded": rollouts.ungraded,
                     **{f"lag_tokens_{i}": c for i, c in enumerate(token_lags)},
                     **{k: v for k, v in sums.items() if k not in ("loss", "is_ratio_max")}})
     peak_gib = (torch.cuda.max_memory_allocated() if device.type == "cuda" else
                 resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024) / 2**30
-    most = all_reduce({"is_ratio_max": sums["is_ratio_max"], "lag_max": max(lags), "peak_mem_gib": peak_gib},
-                      op=dist.ReduceOp.MAX)
+    most = all_reduce({"is_ratio_max": sums["is_ratio_max"], "lag_max": max(lags), "peak_mem_gib": peak_gib,
+                       "rss_gib": resident_gib()}, op=dist.ReduceOp.MAX)
     trained = [None] * world  # the prompts trained on this step, every rank's, in draw order
     dist.all_gather_object(trained, [(g.serial, g.prompt_idx) for g in groups])
     tokens = max(n["tokens"], 1.0)
@@ -280,8 +328,10 @@ def step_record(groups, kept, zero_var, trained_version, sums, totals, grad_norm
         "lag_max": most["lag_max"], "lag_hist": [c / max(sum(lag_counts), 1) for c in lag_counts],
         "retired_prompts": len(sampler.retired),  # the sampler is the same on every rank
         "padding_frac": padding[0], "padding_frac_unsorted": padding[1],
-        "t_generate": timer["generate"] - rollouts.t_grade, "t_grade": rollouts.t_grade, "t_train": timer["train"],
+        "t_generate": timer["generate"] - rollouts.t_grade, "t_grade": rollouts.t_grade,
+        "ungraded": int(n["ungraded"]), "t_train": timer["train"],
         "t_optim": timer["optim"], "t_sync": timer["sync"], "peak_mem_gib": most["peak_mem_gib"],
+        "rss_gib": most["rss_gib"],
         "t_step": time.time() - timer.start, "prompts": [p for _, p in sorted(sp for ranked in trained for sp in ranked)],
     }
 
@@ -326,6 +376,7 @@ clock = Clock(state["gpu_hours"])
 
 # -----------------------------------------------------------------------------------------------------------
 # the loop
+interrupt.in_loop = True
 while True:
     step = state["step"]
     # --- evaluate: mean pass rate on held-out prompts (paper §2.1), at step 0, every eval_every steps, at the end
@@ -385,9 +436,13 @@ while True:
     if cfg.dump_every != -1 and state["step"] % cfg.dump_every == 0:
         with clock.paused():
             dump_rollouts(groups, trained_version)
-    if cfg.save_every != -1 and state["step"] % cfg.save_every == 0:
+    stopping = all_reduce({"stop": interrupt.requested}, op=dist.ReduceOp.MAX)["stop"]  # Ctrl-C on any rank
+    if stopping or (cfg.save_every != -1 and state["step"] % cfg.save_every == 0):
         with clock.paused():
             save_checkpoint()
+    if stopping:
+        print0(f"stopped by Ctrl-C at step {state['step']}; continue with --resume --run_name {run_name}")
+        sys.exit(130)
 
 print0(f"done: {state['step']} steps, {clock.hours:.4f} device-hours, log {log_path}")
 if log.wandb is not None:

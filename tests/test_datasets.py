@@ -124,3 +124,31 @@ def test_exact_reward_reads_the_first_line_of_the_final_answer():
     assert grade(["81", "81\nmore text", " 81 ", "<think>hmm</think>81", "8 1", "<think>81"], "81") == \
         [1.0, 1.0, 1.0, 1.0, -1.0, -1.0]
     assert data.grade_exact(["81", "x</think>81"], ["81", "81"], thinking=True) == [-1.0, 1.0]
+
+
+def test_repeated_prompts_are_dropped_before_the_held_out_split(tmp_path):
+    rows = [json.dumps({"prompt": f"Add: {i}+1", "answer": str(i + 1)}) for i in range(40)]
+    path = _write(tmp_path / "dups.jsonl", rows + rows[:15])  # 15 prompts twice
+    lines = []
+    train, val = data.read_task(config.parse_args(["--dataset", path]), log=lines.append)
+    assert len(train) + len(val) == 40 and len(val) == 4
+    assert not {r["prompt"] for r in train} & {r["prompt"] for r in val}
+    assert "15 repeated prompts dropped" in lines[0]
+    # a separate evaluation set: training prompts that are also evaluation prompts leave the training set
+    path_eval = _write(tmp_path / "eval.jsonl", rows[:5])
+    train, val = data.read_task(config.parse_args(["--dataset", path, "--eval_dataset", path_eval]), log=lines.append)
+    assert len(train) == 35 and len(val) == 5 and "5 training prompts that are also evaluation prompts" in lines[1]
+
+
+def test_eval_dataset_errors_name_the_eval_flag(tmp_path):
+    path = _write(tmp_path / "ok.jsonl", [json.dumps({"prompt": f"Add: {i}+1", "answer": "1"}) for i in range(20)])
+    os.makedirs(tmp_path / "d.jsonl")
+    with pytest.raises(data.DataError, match="--eval_dataset .*d.jsonl: no such file \\(it is a directory\\)"):
+        data.read_task(config.parse_args(["--dataset", path, "--eval_dataset", str(tmp_path / "d.jsonl")]))
+
+
+def test_non_utf8_dataset_is_one_line(tmp_path):
+    path = tmp_path / "latin1.jsonl"
+    path.write_bytes(b'{"prompt": "caf\xe9 1+1", "answer": "2"}\n')
+    with pytest.raises(data.DataError, match="UnicodeDecodeError"):
+        data._rows(str(path))

@@ -168,6 +168,30 @@ def test_cli_malformed_logs_never_traceback(tmp_path):
     assert run_cli(good, "--fit-fraction", "0.5", "--max-compute", "10").returncode == 2
 
 
+def test_hostile_lines_cost_one_line_not_the_file(tmp_path):
+    """A 100k-deep nested line and a 5000-digit number are skipped one line each; the rest of the file fits.
+    A clock that goes backwards is fitted with a warning; an unwritable --plot is an error, not exit 0."""
+    log = write_log(tmp_path / "run.jsonl", *TABLE1["scalerl"], budget=4, num_evals=30)
+    lines = log.read_text().splitlines(keepends=True)
+    hostile = ["[" * 100_000 + "]" * 100_000 + "\n", '{"kind": "eval", "step": 7, "pass_rate": ' + "9" * 5000 + "}\n"]
+    log.write_text("".join(lines[:3] + hostile + lines[3:]))
+    proc = run_cli(log, "--bootstrap", "0")
+    assert proc.returncode == 0, proc.stderr
+    assert "run " in proc.stdout and "Traceback" not in proc.stderr
+    assert sum("not a JSON object" in m for m in proc.stderr.splitlines()) == 2
+
+    back = tmp_path / "back.jsonl"
+    recs = [json.loads(line) for line in lines]
+    evals = [r for r in recs if r["kind"] == "eval"]
+    evals[-1]["gpu_hours"] = evals[-2]["gpu_hours"] / 2  # the last evaluation's clock went backwards
+    back.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    proc = run_cli(back, "--bootstrap", "0")
+    assert proc.returncode == 0 and "gpu_hours decreases 1 time(s)" in proc.stderr
+
+    proc = run_cli(log, "--bootstrap", "0", "--plot", "/proc/no-such-dir/curve.png")
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1].startswith("error: --plot")
+
+
 def _compare_case(tmp_path, specs):
     fits = [fit_file(write_log(tmp_path / f"{name}.jsonl", A, B, 2500, sigma=0.002, seed=i))
             for i, (name, A, B) in enumerate(specs)]

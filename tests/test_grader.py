@@ -298,6 +298,8 @@ def test_math_reward_module_function(default_grader, tmp_path):
     assert data.math_reward(_fill("</think>\\boxed{__import__('os').system('touch @ABS@ @REL@')}", tmp_path),
                             "0") == -1.0
     assert data.math_reward("</think>\\boxed{3}", "3") == 1.0  # still working after the kill
+    assert data.math_reward("\\boxed{21}", "21") == 1.0  # no thinking part: the whole text is the answer
+    assert data.math_reward("\\boxed{21}", "21", thinking=True) == -1.0  # a thinking prompt never closed
     assert not os.listdir(tmp_path) and not os.listdir(data._default_grader.workdir)
 
 
@@ -307,5 +309,28 @@ def test_thinking_false_grader():
     try:
         assert g(["\\boxed{42}", "<think> \\boxed{42}", "\\boxed{42} </think> no", "<think>x</think>\\boxed{42}",
                   "\\boxed{41} \\boxed{42}"], ["42"] * 5) == [1.0, -1.0, -1.0, 1.0, -1.0]
+    finally:
+        g.close()
+
+
+def test_a_steps_grading_is_bounded_whatever_the_model_writes():
+    """A step's grading stops at its budget however many slow items the model wrote: the rest is wrong and
+    counted in `ungraded`; once spent, nothing more is graded until the next step's new_budget."""
+    budget_s = 3.0
+    g = data.MathGrader(timeout_s=TIMEOUT_S, num_workers=NUM_WORKERS, step_budget_s=budget_s)
+    try:
+        _warm(g)
+        g.new_budget()
+        tower = "</think>\\boxed{9^{9^{9^{9}}}}"  # each one holds a worker to its 1 s deadline
+        t0 = time.monotonic()
+        rewards = g([tower] * 40, ["1"] * 40)
+        elapsed = time.monotonic() - t0
+        assert rewards == [-1.0] * 40
+        assert elapsed < budget_s + 2.0, f"40 slow items took {elapsed:.1f}s against a {budget_s}s budget"
+        assert g.ungraded == 40  # each one over its own deadline or past the step's
+        assert g(["</think>\\boxed{2}"], ["2"]) == [-1.0] and g.ungraded == 41  # spent: not graded
+        g.new_budget()
+        _warm(g)  # a new step grades again
+        assert g(["</think>\\boxed{2}"], ["2"]) == [1.0] and g.ungraded == 41
     finally:
         g.close()

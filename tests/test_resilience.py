@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 import torch
 
 from conftest import OUT, ROOT, run_train, train_cmd
@@ -167,3 +168,112 @@ def test_engine_failure_ends_the_run_cleanly(tmp_path, toy_path, run_name):
     records = [json.loads(line) for line in open(tmp_path / f"{name}.jsonl")]
     assert records[-1]["kind"] == "error" and records[-1]["step"] == 3
     assert os.path.isdir(os.path.join(OUT, name, "ckpt-000002"))
+
+
+# --- checkpoints verified by content, one writer per run, Ctrl-C --------------------------------------------------
+def _corrupt(ckpt, name):
+    """Damage one file of a checkpoint without changing its size (or, for the manifest, make it a FIFO)."""
+    path = ckpt / name
+    if name == "manifest.json":
+        path.unlink()
+        os.mkfifo(path)  # reading it would block forever
+    elif name == "state.json":  # valid JSON of the same length, without what a resume reads
+        size = path.stat().st_size
+        path.write_text(json.dumps({"x": "y" * (size - 11)})[:size].ljust(size))
+    else:
+        size = path.stat().st_size
+        with open(path, "r+b") as f:
+            f.seek(size // 2)
+            f.write(b"\xff" * (size - size // 2))
+
+
+@pytest.mark.parametrize("name", ["model.safetensors", "optimizer.pt", "rng.pt", "state.json", "manifest.json"])
+def test_checkpoint_corrupted_in_place_is_skipped_and_the_good_one_kept(tmp_path, toy_path, run_name, name):
+    """Any file of the newest checkpoint damaged (same size): the resume warns, falls back to the previous
+    checkpoint, trains finite weights, and rotation keeps a checkpoint that verifies."""
+    from pathlib import Path
+    from safetensors.torch import load_file
+    run = run_name(name.split(".")[0])
+    args = [*SYNC, "--log_dir", str(tmp_path), "--run_name", run, "--save_every", "1", "--keep_checkpoints", "2"]
+    first = run_train(*args, "--max_steps", "3")
+    assert first.returncode == 0, first.stdout[-3000:]
+    run_dir = Path(OUT) / run
+    _corrupt(run_dir / "ckpt-000003", name)
+    resumed = run_train(*args, "--max_steps", "4", "--resume", timeout=300)
+    assert resumed.returncode == 0, resumed.stdout[-3000:]
+    assert "skipping checkpoint" in resumed.stdout and "ckpt-000003" in resumed.stdout and "Traceback" not in resumed.stdout
+    assert "ckpt-000002 at step 2" in resumed.stdout
+    assert [r["step"] for r in log_records(tmp_path, run)] == [1, 2, 3, 3, 4]
+    assert sorted(p.name for p in run_dir.glob("ckpt-*")) == ["ckpt-000003", "ckpt-000004"]  # rewritten, verified
+    import checkpoint
+    assert all(checkpoint.verify(str(p)) is None for p in run_dir.glob("ckpt-*"))
+    weights = load_file(run_dir / "ckpt-000004" / "model.safetensors")
+    assert all(torch.isfinite(w).all() for w in weights.values())
+
+
+def test_non_finite_weights_are_refused_even_with_a_matching_manifest(tmp_path, toy_path, run_name):
+    from pathlib import Path
+    from safetensors.torch import load_file, save_file
+    import checkpoint
+    run = run_name()
+    first = run_train(*SYNC, "--log_dir", str(tmp_path), "--run_name", run, "--save_every", "1", "--max_steps", "1")
+    assert first.returncode == 0, first.stdout[-3000:]
+    ckpt = Path(OUT) / run / "ckpt-000001"
+    assert checkpoint.verify(str(ckpt)) is None
+    weights = load_file(ckpt / "model.safetensors")
+    key = next(iter(weights))
+    weights[key][0] = float("nan")
+    save_file(weights, ckpt / "model.safetensors", metadata={"format": "pt"})
+    manifest = json.loads((ckpt / "manifest.json").read_text())
+    manifest["model.safetensors"] = {"bytes": (ckpt / "model.safetensors").stat().st_size,
+                                     "sha256": checkpoint._sha256(str(ckpt / "model.safetensors"))}
+    (ckpt / "manifest.json").write_text(json.dumps(manifest))
+    assert "not finite" in checkpoint.verify(str(ckpt))
+
+
+def test_one_writer_per_run_and_no_silent_reuse_of_a_name(tmp_path, toy_path, run_name):
+    """A second process on a live run is refused (naming the holder); a killed holder's lock is taken over;
+    a new run on a used name without --resume is refused instead of appending to its log."""
+    run = run_name()
+    args = [*SYNC, "--log_dir", str(tmp_path), "--run_name", run, "--save_every", "1"]
+    holder = subprocess.Popen([sys.executable, *train_cmd(*args, "--max_steps", "200")], cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        _wait_for(lambda: os.path.isdir(os.path.join(OUT, run, "ckpt-000001")), holder)
+        second = run_train(*args, "--max_steps", "3", "--resume", timeout=120)
+        lines = [ln for ln in second.stdout.splitlines() if ln.strip()]
+        assert second.returncode == 2 and lines[-1].startswith("error:") and "Traceback" not in second.stdout
+        assert f"pid {holder.pid}" in lines[-1] and "one writer" in lines[-1]
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    reused = run_train(*args, "--max_steps", "3", timeout=120)  # same name, no --resume
+    lines = [ln for ln in reused.stdout.splitlines() if ln.strip()]
+    assert reused.returncode == 2 and "--resume" in lines[-1] and "exists" in lines[-1]
+    configs = [json.loads(line) for line in open(tmp_path / f"{run}.jsonl") if '"kind": "config"' in line]
+    assert len(configs) == 1  # nothing appended
+    resumed = run_train(*args, "--max_steps", "3", "--resume", "--save_every", "-1", timeout=300)  # the stale lock
+    assert resumed.returncode == 0, resumed.stdout[-3000:]
+
+
+def test_ctrl_c_stops_cleanly_after_a_checkpoint(tmp_path, toy_path, run_name):
+    run = run_name()
+    args = [*SYNC, "--log_dir", str(tmp_path), "--run_name", run, "--save_every", "-1", "--max_steps", "200"]
+    proc = subprocess.Popen([sys.executable, *train_cmd(*args)], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    _wait_for(lambda: os.path.exists(tmp_path / f"{run}.jsonl") and len(log_records(tmp_path, run)) >= 2, proc)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "Traceback" not in out, out[-3000:]
+    steps = [r["step"] for r in log_records(tmp_path, run)]
+    assert f"stopped by Ctrl-C at step {steps[-1]}" in out
+    assert os.path.isdir(os.path.join(OUT, run, f"ckpt-{steps[-1]:06d}"))  # saved although --save_every -1
+    for line in open(tmp_path / f"{run}.jsonl"):
+        json.loads(line)  # every line whole
+
+    early = subprocess.Popen([sys.executable, *train_cmd(*SYNC, "--log_dir", str(tmp_path), "--run_name", run_name())], cwd=ROOT,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    time.sleep(4)  # inside start-up (imports, model, engine)
+    early.send_signal(signal.SIGINT)
+    out, _ = early.communicate(timeout=120)
+    assert early.returncode == 130 and "Traceback" not in out and "interrupted" in out, out[-3000:]

@@ -38,6 +38,10 @@ def test_dry_run_prints_the_resolved_config():
     (["--loss_agg", "mean"], "prompt, sample, token"),
     (["--out_dir", "config.py"], "--out_dir"),  # a file, not a folder
     (["--mode", "sync", "--k", "4"], "--k"),
+    (["--seed", "99999999999999999999999"], "--seed"),
+    (["--grade_timeout_s", "1e-9"], "--grade_timeout_s"),
+    (["--grade_timeout_s", "1e9"], "--grade_timeout_s"),
+    (["--length_penalty", "--interruptions"], "alternatives"),
 ])
 def test_bad_flags_exit_2_with_one_line(flags, needle):
     proc = run_train(*flags, "--dry_run", timeout=60)
@@ -49,11 +53,30 @@ def test_bad_flags_exit_2_with_one_line(flags, needle):
     (["--think_max_tokens", "600", "--think_min_tokens", "500"], "context"),  # the toy's context is 512 tokens
     (["--eval_prompts", "5000"], "validation prompts"),
     (["--dataset", "missing.jsonl"], "no such file"),
+    (["--eval_dataset", "x.jsonl"], "toy task"),  # the toy has its own held-out split
+    (["--log_dir", "/etc/passwd/x"], "--log_dir"),  # found before the engine starts, not at the first record
+    (["--out_dir", "/etc/passwd/x"], "--out_dir"),
 ])
 def test_problems_found_before_start_up_exit_2(flags, needle, toy_path):
     proc = run_train(*flags, "--max_steps", "1", timeout=120)
     assert one_line_error(proc), proc.stdout
     assert needle in proc.stdout
+
+
+def test_a_bad_dataset_is_reported_before_any_model_is_built(tmp_path):
+    """A fresh --out_dir has no toy model: the dataset error must come first, not after minutes of warm start."""
+    proc = run_train("--dataset", "missing.jsonl", "--out_dir", str(tmp_path / "fresh"), "--log_dir", str(tmp_path),
+                     timeout=120)
+    assert one_line_error(proc), proc.stdout
+    assert not any(n.startswith("toy") for n in os.listdir(tmp_path / "fresh"))
+
+
+def test_engine_that_cannot_start_is_one_line_exit_4(tmp_path, toy_path, run_name):
+    proc = run_train("--vllm_kv_cache_gib", "100000", "--max_steps", "1", "--log_dir", str(tmp_path),
+                     "--run_name", run_name(), timeout=300)
+    assert proc.returncode == 4 and "Traceback" not in proc.stdout, proc.stdout[-3000:]
+    last = [ln for ln in proc.stdout.splitlines() if ln.strip()][-1]
+    assert last.startswith("error: the vLLM engine failed to start") and "kv" in last.lower()
 
 
 def read_log(path):
