@@ -191,14 +191,17 @@ def load_state(path: str, model, optimizer, sampler, rank: int) -> dict:
     return saved["counters"]
 
 
-class RunError(RuntimeError):
+class RunError(ValueError):
     """A run that must not start: one line for the user."""
+
+
+_held_locks = []  # the run locks this process holds, open for its whole life
 
 
 def claim_run(run_dir: str, log_path: str, resume: bool):
     """Before anything heavy starts: the log and run folders are writable, a new run does not reuse a name
     (it would append to the old log and overwrite its checkpoints), a resumed run exists, and this process is
-    the run's only writer. Returns the held lock file (keep it open for the process's life); raises RunError.
+    the run's only writer (the lock stays held until the process ends). Raises RunError.
 
     The lock is out_dir/<run>/lock with the holder's pid and host, held by fcntl.flock: the kernel drops it
     when its process dies, so a stale lock left by a killed run is simply taken over."""
@@ -228,4 +231,4 @@ def claim_run(run_dir: str, log_path: str, resume: bool):
     f.truncate()
     f.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
     f.flush()
-    return f
+    _held_locks.append(f)

@@ -14,7 +14,9 @@ log-softmax run in fp32 on a bf16 body. vLLM's head_dtype override does the matm
 copy of the weights: the two sides still differ by the rounding of the head's weights to bf16.
 """
 import dataclasses
+import glob
 import math
+import os
 from dataclasses import dataclass
 
 import torch
@@ -22,6 +24,51 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from transformers import AutoModelForCausalLM
 
 import losses
+
+
+def gguf_file(name: str) -> str | None:
+    """The GGUF file `--model` names: a .gguf file, or a folder holding exactly one; else None."""
+    if name.endswith(".gguf"):
+        return name
+    found = glob.glob(os.path.join(name, "*.gguf")) if os.path.isdir(name) else []
+    return found[0] if len(found) == 1 else None
+
+
+def from_gguf(path: str, out_dir: str, log=print) -> str:
+    """A Hugging Face folder for a GGUF model: dequantized once (fp32) into out_dir/gguf-<sha256 of the file>/, then
+    found there by content (a changed file is converted again). Both vLLM and the trainer load that folder, so
+    they start from the same weights. Raises ValueError with one line for a missing file or package, a corrupt
+    file, or an architecture transformers cannot read from GGUF."""
+    import hashlib
+    import importlib.util
+    import shutil
+    from transformers import AutoTokenizer
+    if not os.path.isfile(path):
+        raise ValueError(f"--model {path}: no such GGUF file")
+    with open(path, "rb") as f:
+        digest = hashlib.file_digest(f, "sha256").hexdigest()[:16]
+    final = os.path.join(out_dir, f"gguf-{digest}")
+    if os.path.isfile(os.path.join(final, "config.json")):
+        return final
+    for package in ("gguf", "accelerate"):
+        if importlib.util.find_spec(package) is None:
+            raise ValueError(f"--model {path}: reading GGUF files needs the {package} package (pip install {package})")
+    log(f"converting {path} to Hugging Face format in {final} (once; cached by its SHA-256)")
+    folder, name = os.path.split(os.path.abspath(path))
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    except Exception as e:  # a corrupt file, an architecture transformers cannot dequantize, ...
+        first = str(e).splitlines()[0][:200] if str(e) else ""
+        raise ValueError(f"--model {path}: cannot be read as a GGUF causal LM ({type(e).__name__}: {first})") from None
+    model.config.quantization_config = None  # dequantized: a plain fp32 checkpoint from here on
+    model.hf_quantizer = None
+    tmp = final + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    os.replace(tmp, final) if not os.path.exists(final) else shutil.rmtree(tmp)
+    return final
 
 
 def build(path: str, device: torch.device, compute_dtype: torch.dtype, fp32_head: bool):

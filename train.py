@@ -90,6 +90,21 @@ def fail(msg: str, status: int = 2):
     sys.exit(status)
 
 
+def on_rank0(work):
+    """work() on rank 0 only (folders, caches, conversions); every rank gets its result, or exits with its
+    one-line error (a ValueError or OSError the user can fix)."""
+    out = [None, None]
+    if master:
+        try:
+            out[0] = work()
+        except (ValueError, OSError) as e:
+            out[1] = str(e)
+    dist.broadcast_object_list(out)
+    if out[1]:
+        fail(out[1])
+    return out[0]
+
+
 if cfg.wandb:
     import importlib.util
     if importlib.util.find_spec("wandb") is None:
@@ -102,15 +117,7 @@ dist.broadcast_object_list(names)  # every rank uses rank 0's timestamp
 run_name = names[0]
 run_dir = os.path.join(cfg.out_dir, run_name)
 log_path = os.path.join(cfg.log_dir, f"{run_name}.jsonl")
-problem = [None]
-if master:  # writable folders, a new name or a resumable run, and one writer per run (checkpoint.claim_run)
-    try:
-        run_lock = checkpoint.claim_run(run_dir, log_path, cfg.resume)
-    except checkpoint.RunError as e:
-        problem = [str(e)]
-dist.broadcast_object_list(problem)
-if problem[0]:
-    fail(problem[0])
+on_rank0(lambda: checkpoint.claim_run(run_dir, log_path, cfg.resume))  # writable, new or resumable, one writer
 try:  # the dataset before any model: a bad one is reported at once, not after the toy's warm start
     task_rows = data.read_task(cfg, log=print0)
 except data.DataError as e:
@@ -118,12 +125,12 @@ except data.DataError as e:
 torch.manual_seed(cfg.seed + rank)
 
 # -----------------------------------------------------------------------------------------------------------
-# model and data: the toy is built once (rank 0) and cached in out_dir; real models come from the Hub or a path
+# model and data: the toy is built once and a GGUF file converted once (rank 0), both cached in out_dir; other
+# models come from the Hub or a path
 if cfg.model in toy.MODELS:
-    if master:
-        toy.build_toy_model(cfg.out_dir, cfg.model, log=print0)
-    dist.barrier()
-    model_path = toy.toy_model_path(cfg.out_dir, cfg.model)
+    model_path = on_rank0(lambda: toy.build_toy_model(cfg.out_dir, cfg.model, log=print0))
+elif policy.gguf_file(cfg.model):
+    model_path = on_rank0(lambda: policy.from_gguf(policy.gguf_file(cfg.model), cfg.out_dir, log=print0))
 else:
     model_path = cfg.model
 try:
@@ -291,6 +298,17 @@ def resident_gib() -> float:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024) / 2**30
 
 
+def release_free_memory():
+    """Give freed heap pages back to the OS (glibc's malloc_trim; a no-op elsewhere). Without it the resident
+    memory of a toy run climbs ~0.05 GiB per 100 steps long after warm-up while the heap's in-use bytes stay
+    flat (mallinfo2): freed chunks scattered through the heap stay resident. Fragmentation, not a leak."""
+    try:
+        import ctypes
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 def step_record(groups, kept, zero_var, trained_version, sums, totals, grad_norm, finite, updated, lr, padding, timer
                 ) -> dict:
     """The "train" record of a step: every metric summed (or maxed) over ranks first."""
@@ -423,6 +441,7 @@ while True:
     record = step_record(groups, kept, zero_var, trained_version, sums, totals, grad_norm, finite, updated, lr_at(step),
                          padding, timer)
     log(record)
+    release_free_memory()
     print0(f"step {state['step']}/{cfg.max_steps} | reward {record['reward_mean']:+.3f} | pass {record['pass_rate_train']:.3f}"
            f" | loss {record['loss']:+.4f} | lag {record['lag_mean']:.2f}/{record['lag_max']:.0f} | {record['t_step']:.2f}s"
            f" (gen {record['t_generate']:.2f} train {record['t_train'] + record['t_optim']:.2f} sync {record['t_sync']:.3f})")
