@@ -402,6 +402,6 @@ def prompt_opens_thinking(tokenizer) -> bool:
 
 def think_end_id(tokenizer) -> int | None:
     """The id of </think> if the tokenizer has it as a single token, else None. Forced interruptions stop the
-    thinking phase on it (generate.py), so they need it; the check is here, once."""
+    thinking phase on that token (generate.py), or on the string </think> where it takes several tokens."""
     ids = tokenizer(THINK_END, add_special_tokens=False)["input_ids"]
     return ids[0] if len(ids) == 1 else None

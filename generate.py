@@ -119,10 +119,9 @@ class Generator:
         self.cfg = cfg
         self.tokenizer = tokenizer
         self.phrase_ids = tokenizer(INTERRUPT_PHRASE, add_special_tokens=False)["input_ids"]
+        # the thinking phase ends where the model writes </think>: one stop token where the tokenizer has it,
+        # else the stop string (vLLM matches it in the detokenized text, so those requests detokenize)
         self.think_end_id = think_end_id(tokenizer)
-        if cfg.interruptions and self.think_end_id is None:
-            raise ValueError(f"forced interruptions need a tokenizer with a single {THINK_END} token; this one has "
-                             "none (pass --no_interruptions or --length_penalty)")
         on_cpu = device == "cpu"
         self.prefix_caching = prefix_caching
         self.llm = LLM(
@@ -173,6 +172,9 @@ class Generator:
         elif phase == 0:  # think until </think>, EOS, or this completion's budget
             max_tokens = random.Random(seed).randint(cfg.think_min_tokens, cfg.think_max_tokens)
             stop = [self.think_end_id]
+            if self.think_end_id is None:  # several tokens: a stop string, kept in the output
+                stop = None
+                common.update(detokenize=True, stop=[THINK_END], include_stop_str_in_output=True)
         else:
             max_tokens, stop = cfg.answer_max_tokens, None
         params = self.SamplingParams(max_tokens=max_tokens, stop_token_ids=stop,
@@ -204,7 +206,7 @@ class Generator:
             s.logprobs += list(o.logprobs.logprobs) if len(o.token_ids) else []
             s.versions += versions
             s.mask += [1] * len(o.token_ids)
-            closed = o.finish_reason == "stop" and o.stop_reason == self.think_end_id  # wrote </think> itself
+            closed = o.finish_reason == "stop" and o.stop_reason in (self.think_end_id, THINK_END)  # wrote </think>
             if self.cfg.interruptions and phase == 0 and (closed or o.finish_reason == "length"):
                 if o.finish_reason == "length":  # thinking budget reached: inject the phrase
                     s.interrupted = True

@@ -142,9 +142,6 @@ try:
     train_rows, eval_rows, grade = data.load_task(cfg, tokenizer, task_rows)
 except data.DataError as e:
     fail(str(e))
-if cfg.interruptions and data.think_end_id(tokenizer) is None:
-    fail(f"forced interruptions need a single {data.THINK_END} token, which {model_path}'s tokenizer lacks: pass "
-         "--no_interruptions (or --length_penalty)")
 phrase_tokens = len(tokenizer(data.INTERRUPT_PHRASE, add_special_tokens=False)["input_ids"])
 if cfg.vllm_max_len(phrase_tokens) > context:
     fail(f"prompt {cfg.prompt_max_tokens} + thinking {cfg.think_max_tokens} + phrase {phrase_tokens} + answer "

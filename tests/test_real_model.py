@@ -108,3 +108,34 @@ def _logprobs(model, prompt_ids, completion_ids):
     """Differentiable log pi_train of each completion token (fp32)."""
     logits = model(torch.tensor([prompt_ids + completion_ids])).logits[0, len(prompt_ids) - 1:-1].float()
     return torch.log_softmax(logits, -1).gather(-1, torch.tensor(completion_ids)[:, None])[:, 0]
+
+
+def test_forced_interruptions_on_a_model_without_a_think_end_token(smol_path):
+    """SmolLM2 has no </think> token: the thinking phase stops on the string instead (or at its budget), the
+    forced phrase is appended with mask 0 and no pi_gen version, and the answer phase follows it."""
+    from transformers import AutoTokenizer
+    import generate
+    tok = AutoTokenizer.from_pretrained(smol_path)
+    assert data.think_end_id(tok) is None
+    cfg = config.parse_args(["--model", smol_path, *[f for f in FLAGS if f != "--no_interruptions"],
+                             "--think_min_tokens", "6", "--think_max_tokens", "10"])
+    assert cfg.interruptions
+    gen = generate.Generator(cfg, smol_path, tok, "cpu", prefix_caching=True)
+    try:
+        prompt = data.format_prompt(tok, "Think step by step: what is 12 + 7? End your thinking with </think>.")
+        gen.submit("think", 0, prompt, "19", 8)
+        group = gen.run_until_done({"think"})[0]
+    finally:
+        gen.close()
+    phrase = gen.phrase_ids
+    interrupted = [s for s in group.samples if s.interrupted]
+    assert interrupted, "a 6-10 token budget must interrupt some of 8 completions"
+    for s in interrupted:
+        start = next(i for i in range(len(s.token_ids)) if s.token_ids[i:i + len(phrase)] == phrase)
+        assert 6 <= start <= 10  # the phrase comes at this completion's drawn budget
+        assert s.mask[start:start + len(phrase)] == [0] * len(phrase)  # out of the loss
+        assert s.versions[start:start + len(phrase)] == [-1] * len(phrase)  # not sampled
+        assert len(s.token_ids) > start + len(phrase)  # the answer phase ran after it
+        assert data.THINK_END in s.text
+    for s in group.samples:  # the rest closed </think> themselves or ended with EOS within the budget
+        assert s.interrupted or data.THINK_END in s.text or len(s.token_ids) <= 10
