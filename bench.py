@@ -15,6 +15,12 @@
    loop does); overhead = 1 - (generate_alone + train_alone) / step. With --scale_lengths, the same two
    limits with completions forced to each length.
 On CPU it also reports torch's thread count beside vLLM's engine and the trainer's time on 1 thread.
+
+    python bench.py --trainer_only --shapes 0.5b,1.5b --micro_batch_tokens_list 8192,16384,32768   # a GPU, no vLLM
+
+3. --trainer_only: the trainer alone, importing no vLLM (it runs where vLLM is not installed), on random-initialized
+   Qwen2.5-shaped models (bf16 body, FP32 LM head, FSDP2 world of one) and synthetic groups of the given lengths:
+   trained tokens/s, peak memory and MFU = model FLOPs per token x tokens/s / the device's dense bf16 peak.
 """
 import argparse
 import json
@@ -126,13 +132,126 @@ def limits(flags: list[str], repeats: int, lengths: list[int]) -> dict:
     return out
 
 
+# Qwen2.5-0.5B and -1.5B shapes (tied embeddings, 151,936-token vocabulary); "tiny" is for CPU tests
+SHAPES = {
+    "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, vocab_size=1024),
+    "0.5b": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+                 num_key_value_heads=2, vocab_size=151936),
+    "1.5b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
+                 num_key_value_heads=2, vocab_size=151936),
+}
+PEAK_BF16_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "A10": 125.0}  # dense, per device
+
+
+def model_flops(shape: dict, positions: int, completion_positions: int, mean_seq: float) -> float:
+    """Training FLOPs (forward + backward = 3 x forward) of one step: every position through the body's matmuls
+    and causal attention, and only completion positions through the LM head (the trainer asks for no other
+    logits). Forward matmul FLOPs are 2 per weight per position; causal attention 2 x 2 x d x (seq / 2)."""
+    d, f, layers, v = shape["hidden_size"], shape["intermediate_size"], shape["num_hidden_layers"], shape["vocab_size"]
+    kv = d * shape["num_key_value_heads"] // shape["num_attention_heads"]
+    body = layers * (d * d * 2 + d * kv * 2 + 3 * d * f)  # q, o; k, v; gate, up, down
+    attention = layers * 2 * d * mean_seq
+    return 3 * (2 * body * positions + attention * positions + 2 * v * d * completion_positions)
+
+
+def trainer_only(args, flags: list[str]) -> list[dict]:
+    """The loop's training phase (policy.effective_batch, micro_batches, backward, optimizer_step) on synthetic
+    groups, for each shape and micro-batch budget. Imports no vLLM."""
+    import random
+
+    import torch
+    import torch.distributed as dist
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    import config as config_mod
+    import policy
+    from generate import Group, Sample
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", store=dist.HashStore(), rank=0, world_size=1)
+    name = torch.cuda.get_device_name() if device.type == "cuda" else "cpu"
+    peak = args.peak_tflops or next((t for k, t in PEAK_BF16_TFLOPS.items() if k in name), 0.0)
+    rng, rows = random.Random(0), []
+    for shape_name in args.shapes.split(","):
+        shape = SHAPES[shape_name]
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(Qwen2Config(**shape, tie_word_embeddings=True,
+                                                             max_position_embeddings=32768), dtype=torch.float32)
+        params = sum(p.numel() for p in model.parameters())
+        model = policy.build(model, device, torch.bfloat16, fp32_head=True)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-7, eps=1e-15, weight_decay=0.01)
+        v = shape["vocab_size"]
+
+        def groups():  # prompts x G completions of random tokens, rewards +1/-1 so no group is filtered
+            out = []
+            for p in range(args.sequences // args.group):
+                prompt = [rng.randrange(v) for _ in range(args.prompt_tokens)]
+                samples = []
+                for i in range(args.group):
+                    n = rng.randint(args.completion_tokens // 2, args.completion_tokens)  # lengths vary, as in RL
+                    samples.append(Sample(token_ids=[rng.randrange(v) for _ in range(n)], logprobs=[-1.0] * n,
+                                          versions=[0] * n, mask=[1] * n, reward=1.0 if i % 2 else -1.0))
+                out.append(Group(f"g{p}", p, p, prompt, "0", samples))
+            return out
+        for budget in [int(x) for x in args.micro_batch_tokens_list.split(",")]:
+            cfg = config_mod.parse_args(["--model", "bench", "--micro_batch_tokens", str(budget), *flags])
+            times, tokens = [], []
+            for step in range(args.trainer_steps + 1):  # the first is warm-up
+                batch = groups()
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
+                    torch.cuda.reset_peak_memory_stats()
+                t0 = time.time()
+                kept, adv, _, totals = policy.effective_batch(batch, cfg, lambda values: values)
+                micro, padding, _ = policy.micro_batches(kept, adv, cfg, totals, device)
+                sums = policy.backward(model, micro, cfg, len(micro), 1, 0)
+                policy.optimizer_step(model, optimizer, 1e-7, 0.0, sums["loss"])
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
+                if step:
+                    times.append(time.time() - t0)
+            completion = sum(len(s.token_ids) for g in batch for s in g.samples)
+            positions = completion + len(batch) * args.group * args.prompt_tokens
+            seconds = statistics.median(times)
+            flops = model_flops(shape, positions, completion, positions / (len(batch) * args.group))
+            peak_gib = (torch.cuda.max_memory_allocated() if device.type == "cuda" else 0) / 2**30
+            rows.append({"shape": shape_name, "params": params, "micro_batch_tokens": budget, "device": name,
+                         "seconds_per_step": seconds, "tokens_per_s": positions / seconds, "peak_mem_gib": peak_gib,
+                         "tflops": flops / seconds / 1e12, "mfu": flops / seconds / (peak * 1e12) if peak else None,
+                         "padding_frac": padding, "positions": positions})
+            r = rows[-1]
+            print(f"{shape_name:>5} ({params / 1e6:.0f}M) micro_batch_tokens {budget:>6}: {seconds:.3f} s/step, "
+                  f"{r['tokens_per_s']:.0f} tokens/s, {r['tflops']:.1f} TFLOP/s, MFU "
+                  + (f"{r['mfu']:.1%}" if peak else "n/a (no peak known: --peak_tflops)")
+                  + f", peak memory {peak_gib:.1f} GiB, padding {padding:.1%}", flush=True)
+        del model, optimizer
+    if args.out:
+        with open(args.out, "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in rows)
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog="Other flags go to train.py unchanged.")
     ap.add_argument("--steps", type=int, default=12, help="optimizer steps of the real loop (default 12)")
     ap.add_argument("--skip", type=int, default=2, help="first steps left out of the medians (start-up; default 2)")
     ap.add_argument("--repeats", type=int, default=3, help="batches for each limit measurement (default 3)")
     ap.add_argument("--scale_lengths", default="", help="comma-separated completion lengths in tokens for the limits")
+    ap.add_argument("--trainer_only", action="store_true", help="only the trainer, no vLLM (see 3. above)")
+    ap.add_argument("--shapes", default="0.5b,1.5b", help=f"--trainer_only model shapes: {', '.join(SHAPES)}")
+    ap.add_argument("--micro_batch_tokens_list", default="8192,16384,32768", help="--trainer_only budgets")
+    ap.add_argument("--sequences", type=int, default=64, help="--trainer_only completions per step (default 64)")
+    ap.add_argument("--group", type=int, default=16, help="--trainer_only completions per prompt (default 16)")
+    ap.add_argument("--prompt_tokens", type=int, default=256, help="--trainer_only prompt length (default 256)")
+    ap.add_argument("--completion_tokens", type=int, default=2048,
+                    help="--trainer_only longest completion; lengths are uniform in [half, this] (default 2048)")
+    ap.add_argument("--trainer_steps", type=int, default=3, help="--trainer_only timed steps after one warm-up")
+    ap.add_argument("--peak_tflops", type=float, default=0.0, help="--trainer_only device bf16 peak (default: by name)")
+    ap.add_argument("--out", default="", help="--trainer_only: also write one JSON line per measurement here")
     args, flags = ap.parse_known_args()
+    if args.trainer_only:
+        trainer_only(args, flags)
+        return
     if not any(f.startswith("--mode") for f in flags):
         flags = ["--mode", "sync", *flags]
     lengths = [int(x) for x in args.scale_lengths.split(",") if x]

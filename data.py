@@ -41,6 +41,25 @@ DATASETS = {
     "math500": dict(path="HuggingFaceH4/MATH-500", split="test", prompt="problem", answer="answer"),
     "aime24": dict(path="HuggingFaceH4/aime_2024", split="train", prompt="problem", answer="answer"),
 }
+
+
+def box_rows() -> list[dict]:
+    """A generated task for small real chat models (the README's SmolLM2 recipe): 1,000 prompts, most of which show
+    the answer in the required form ("Put the number 38 in a box like this: \\boxed{38}"), the rest (all 81
+    one-digit sums, three phrasings) ask for a sum in that form. SmolLM2-135M-Instruct at temperature 1 gets ~9%
+    of the first kind and ~0% of the second right (measured): RL has a signal to learn the answer format from,
+    and then sums in it."""
+    asks = ("What is {a} + {b}? Answer like this: \\boxed{{number}}", "Add {a} and {b}. Write the result as "
+            "\\boxed{{number}}", "Compute {a} + {b} and put it in \\boxed{{}}")
+    rows = [{"prompt": ask.format(a=a, b=b), "answer": str(a + b)} for ask in asks for a in range(1, 10)
+            for b in range(1, 10)]
+    numbers = random.Random(0).sample(range(10, 1000), 1000 - len(rows))
+    rows += [{"prompt": f"Put the number {n} in a box like this: \\boxed{{{n}}}", "answer": str(n)} for n in numbers]
+    random.Random(1).shuffle(rows)
+    return rows
+
+
+GENERATED = {"box": box_rows}  # named tasks the project writes itself (no download); a fork adds one here
 LOCAL_PROMPT_FIELDS, LOCAL_ANSWER_FIELDS = ("prompt", "problem", "question"), ("answer",)
 MATH_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 NUM_HELD_OUT = 1000  # paper §2.1: 1,000 prompts held out at random for validation
@@ -77,7 +96,7 @@ def _read(name: str, flag: str = "--dataset") -> tuple[list[dict], dict]:
                             f"or a local cache ({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})"
                             ) from None
     if not name.endswith((".jsonl", ".json", ".parquet")):
-        raise DataError(f"{flag} {name!r}: not a named dataset ({', '.join(DATASETS)}, toy) or a .jsonl/.parquet file")
+        raise DataError(f"{flag} {name!r}: not a named dataset ({', '.join([*DATASETS, *GENERATED])}, toy) or a .jsonl/.parquet file")
     if not os.path.isfile(name):
         raise DataError(f"{flag} {name}: no such file" + (" (it is a directory)" if os.path.isdir(name) else ""))
     kind = "parquet" if name.endswith(".parquet") else "JSON lines"
@@ -98,6 +117,8 @@ def _read(name: str, flag: str = "--dataset") -> tuple[list[dict], dict]:
 
 def _rows(name: str, flag: str = "--dataset") -> list[dict]:
     """{"prompt", "answer"} rows, checked: every row must have text in both fields."""
+    if name in GENERATED:
+        return GENERATED[name]()
     raw, spec = _read(name, flag)
     if not raw:
         raise DataError(f"{name}: the dataset is empty")
@@ -169,7 +190,8 @@ def load_task(cfg, tokenizer, rows: tuple[list[dict], list[dict]] | None = None,
         if cfg.reward == "exact":  # plain tasks: the first line of the final answer must equal the answer
             grade = partial(grade_exact, thinking=prompt_opens_thinking(tokenizer))
         else:
-            train, val = ([{**r, "prompt": f"{r['prompt']}\n{MATH_INSTRUCTION}"} for r in split] for split in (train, val))
+            if cfg.dataset not in GENERATED:  # generated tasks say in their own words how to answer
+                train, val = ([{**r, "prompt": f"{r['prompt']}\n{MATH_INSTRUCTION}"} for r in split] for split in (train, val))
             grade = MathGrader(cfg.grade_timeout_s, thinking=prompt_opens_thinking(tokenizer),
                                step_budget_s=cfg.grade_step_budget_s)
     for rows in (train, val):

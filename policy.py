@@ -71,9 +71,11 @@ def from_gguf(path: str, out_dir: str, log=print) -> str:
     return final
 
 
-def build(path: str, device: torch.device, compute_dtype: torch.dtype, fp32_head: bool):
-    """Load (fp32) and shard over the default process group (a world of one works too)."""
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device)
+def build(path, device: torch.device, compute_dtype: torch.dtype, fp32_head: bool):
+    """Load (fp32) and shard over the default process group (a world of one works too). `path` may also be a
+    model already made (bench.py's random-initialized shapes)."""
+    model = path if isinstance(path, torch.nn.Module) else AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    model = model.to(device)
     for layer in model.base_model.layers:
         fully_shard(layer, mp_policy=MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32))
     fully_shard(model, mp_policy=MixedPrecisionPolicy(param_dtype=torch.float32 if fp32_head else compute_dtype,

@@ -60,3 +60,32 @@ def test_truncated_completions_train_as_negatives_when_asked():
     cfg = config.parse_args(["--group", "4", "--batch", "4", "--no_drop_truncated"])
     kept, _, _, totals = policy.effective_batch([_group([1, -1, -1, 1], truncated={2})], cfg, identity)
     assert kept[0].samples[2].mask == [1, 1, 1] and totals["completions"] == 4
+
+
+def test_trainer_only_bench_runs_without_vllm(tmp_path):
+    """bench.py --trainer_only is what runs on a GPU machine without vLLM: it must not import it, and its
+    FLOP count must match the model it builds (the body's matmul weights, the LM head on completions only)."""
+    import json
+    import subprocess
+    import sys
+    from conftest import ROOT
+    out = tmp_path / "trainer.jsonl"
+    code = ("import runpy, sys; sys.argv = ['bench.py', '--trainer_only', '--shapes', 'tiny', '--micro_batch_tokens_list',"
+            f" '256,1024', '--sequences', '8', '--group', '4', '--prompt_tokens', '8', '--completion_tokens', '32', "
+            f"'--trainer_steps', '1', '--peak_tflops', '1', '--out', '{out}']; runpy.run_path('bench.py', run_name='__main__');"
+            " assert not any(m.startswith('vllm') for m in sys.modules), 'vllm was imported'")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [json.loads(line) for line in open(out)]
+    assert [r["micro_batch_tokens"] for r in rows] == [256, 1024]
+    assert all(r["tokens_per_s"] > 0 and 0 < r["mfu"] and r["positions"] > 8 * 8 for r in rows)
+
+    import torch
+    from transformers import AutoModelForCausalLM, Qwen2Config
+    import bench
+    shape = bench.SHAPES["tiny"]
+    model = AutoModelForCausalLM.from_config(Qwen2Config(**shape, tie_word_embeddings=True))
+    body = sum(m.weight.numel() for m in model.model.layers.modules() if isinstance(m, torch.nn.Linear))
+    # one position, no completion, attention at seq 0: 3 x 2 x (body weights)
+    assert bench.model_flops(shape, 1, 0, 0) == 6 * body
+    assert bench.model_flops(shape, 1, 1, 0) == 6 * body + 6 * shape["vocab_size"] * shape["hidden_size"]
