@@ -71,8 +71,10 @@ def _hub_reachable(timeout_s: float = 3.0) -> bool:
     import socket
     from urllib.parse import urlparse
     from huggingface_hub import constants
+    url = urlparse(constants.ENDPOINT)
     try:
-        socket.create_connection((urlparse(constants.ENDPOINT).hostname, 443), timeout=timeout_s).close()
+        socket.create_connection((url.hostname, url.port or (80 if url.scheme == "http" else 443)),
+                                 timeout=timeout_s).close()
         return True
     except OSError:
         return False

@@ -72,6 +72,17 @@ def test_named_hub_dataset_offline_is_one_line(tmp_path, toy_path):
     assert lines[-1].startswith("error:") and "gsm8k" in lines[-1] and "download" in lines[-1]
 
 
+def test_unreachable_hub_fails_fast_without_offline_flags(tmp_path):
+    """No HF_*_OFFLINE set and a Hub that does not answer: the cache is used at once (no retries for tens of
+    seconds), and the error line says why, with no `datasets` chatter after it."""
+    env = {"HF_ENDPOINT": "http://127.0.0.1:9"}  # nothing listens on the discard port: refused at once
+    proc = run_train("--dataset", "gsm8k", "--max_steps", "1", "--log_dir", str(tmp_path), "--out_dir", str(tmp_path),
+                     env={**env, "HF_HUB_OFFLINE": "", "HF_DATASETS_OFFLINE": ""}, timeout=120)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
+    assert proc.returncode == 2 and "Traceback" not in proc.stdout, proc.stdout[-3000:]
+    assert lines[-1].startswith("error: --dataset gsm8k") and "not reachable" in lines[-1]
+
+
 def _write(path, lines):
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
