@@ -84,7 +84,8 @@ class Config:
     interruptions: bool = True  # forced "time is up" phrase at the thinking budget
     length_penalty: bool = False  # DAPO overlong penalty (Eq. 9) instead of interruptions (turns them off)
     fp32_head: bool = True  # LM head and log-softmax in fp32 on generator and trainer (paper §3.2(c))
-    vllm_memory: float = 0.85  # vLLM gpu_memory_utilization on GPU (fraction of GPU memory)
+    vllm_memory: float = 0.0  # vLLM's share of each GPU (bf16 weights + KV cache); 0 = what the trainer leaves it
+    #                           (policy.gpu_memory_split, printed at start-up)
     vllm_kv_cache_gib: int = 1  # KV cache size on CPU, GiB (vLLM's kv_cache_memory_bytes)
 
     # --- optimizer (paper A.3) ---
@@ -259,7 +260,7 @@ def validate(cfg: Config) -> None:
     if cfg.mode == "sync" and cfg.k != 1:
         bad(f"--mode sync is on-policy: --k must be 1, got {cfg.k}")
     for name in ("lr", "temperature", "eps_max", "eps_low", "eps_high", "eps_clip", "gspo_eps_low", "gspo_eps_high",
-                 "grade_timeout_s", "grade_step_budget_s", "vllm_memory"):
+                 "grade_timeout_s", "grade_step_budget_s"):
         if getattr(cfg, name) <= 0:
             bad(f"--{name} must be > 0, got {getattr(cfg, name)}")
     if cfg.eps_low >= 1 or cfg.eps_clip >= 1 or cfg.gspo_eps_low >= 1:
@@ -270,8 +271,8 @@ def validate(cfg: Config) -> None:
         bad(f"--grade_step_budget_s must be between --grade_timeout_s and 3600 seconds, got {cfg.grade_step_budget_s}")
     if not 0 <= cfg.seed < 2**32 - 2**16:  # torch, numpy and vLLM seeds are 32-64 bit; rank and prompt offsets add
         bad(f"--seed must be in [0, {2**32 - 2**16}), got {cfg.seed}")
-    if cfg.vllm_memory > 1:
-        bad(f"--vllm_memory is a fraction in (0, 1], got {cfg.vllm_memory}")
+    if not 0 <= cfg.vllm_memory <= 1:
+        bad(f"--vllm_memory is a fraction in (0, 1], or 0 to derive it, got {cfg.vllm_memory}")
     for name in ("max_steps", "warmup_steps", "eval_samples", "eval_prompts", "micro_batch_tokens", "pipeline_depth",
                  "prompt_max_tokens", "answer_max_tokens", "keep_checkpoints", "max_bad_steps", "vllm_kv_cache_gib"):
         if getattr(cfg, name) < (0 if name in ("warmup_steps", "max_steps") else 1):

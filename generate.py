@@ -108,9 +108,9 @@ def seed_of(*key) -> int:
 class Generator:
     """The in-process vLLM engine, driven request by request through llm_engine.add_request / step."""
 
-    def __init__(self, cfg, model_path: str, tokenizer, device: str, prefix_caching: bool):
+    def __init__(self, cfg, model_path: str, tokenizer, device: str, prefix_caching: bool, gpu_memory: float = 0.0):
         """cfg: sampling (seed, temperature, budgets, interruptions) and engine settings (dtype, fp32_head,
-        memory). prefix_caching: share a group's prompt prefill. A cached block computed by old weights must
+        memory; gpu_memory: vLLM's share of a GPU where --vllm_memory is 0). prefix_caching: share a group's prompt prefill. A cached block computed by old weights must
         never be reused after an update (a common stale-cache bug in RL loops), so the cache is reset after
         every update; a caller that updates weights while requests run (PipelineRL) must pass False, because
         vLLM cannot reset the cache while requests hold blocks."""
@@ -130,7 +130,7 @@ class Generator:
             enable_prefix_caching=prefix_caching,
             max_num_seqs=max(256, 2 * cfg.batch),
             # on CPU the KV cache is a fixed size in host RAM; on GPU a fraction of the device's memory
-            gpu_memory_utilization=cfg.vllm_memory,
+            gpu_memory_utilization=cfg.vllm_memory or gpu_memory or 0.5,  # GPU: --vllm_memory, else train.py's split
             kv_cache_memory_bytes=cfg.vllm_kv_cache_gib << 30 if on_cpu else None,
             # fp32 LM head on the generator (paper §3.2(c)); vLLM 0.32 documents this override for RL
             hf_overrides={"head_dtype": "float32"} if cfg.fp32_head else None,

@@ -83,6 +83,30 @@ def build(path, device: torch.device, compute_dtype: torch.dtype, fp32_head: boo
     return model
 
 
+def gpu_memory_split(num_params: int, world: int, model_config, micro_batch_tokens: int, total_bytes: int,
+                     margin_bytes: int = 2 << 30) -> tuple[float, dict]:
+    """vLLM's share of a GPU that it shares with the trainer, from the trainer's needs -> (fraction, GiB parts).
+    Per GPU the trainer holds fp32 weights, gradients and two AdamW moments, 16 bytes per parameter / world
+    (FSDP2), activations of one micro-batch (~34 x hidden bytes per token per layer without recomputation,
+    Korthikanti et al. 2022), and the fp32 logits, log-softmax and gradient of its completion positions (3 x
+    micro_batch_tokens x vocab x 4 bytes); margin_bytes covers the CUDA context and collective buffers. vLLM
+    gets the rest, at most 0.9. Raises ValueError when the rest cannot hold vLLM's bf16 weights and 1 GiB of
+    KV cache."""
+    gib = 2**30
+    parts = {"states": 16 * num_params / world,
+             "activations": 34 * model_config.hidden_size * model_config.num_hidden_layers * micro_batch_tokens,
+             "logits": 3 * micro_batch_tokens * model_config.vocab_size * 4, "margin": margin_bytes}
+    trainer = sum(parts.values())
+    vllm_weights = 2 * num_params
+    if total_bytes - trainer < vllm_weights + gib:
+        raise ValueError(f"the trainer needs ~{trainer / gib:.1f} GiB of the GPU's {total_bytes / gib:.1f}, leaving too "
+                         f"little for vLLM's {vllm_weights / gib:.1f} GiB of weights and a KV cache: lower "
+                         "--micro_batch_tokens, use more GPUs, or set --vllm_memory yourself")
+    fraction = min(0.9, (total_bytes - trainer) / total_bytes)
+    return fraction, {"total": total_bytes / gib, "trainer": trainer / gib, **{k: v / gib for k, v in parts.items()},
+                      "vllm": fraction * total_bytes / gib, "vllm_weights": vllm_weights / gib}
+
+
 def completion_logprobs(model, seqs: list[tuple[list[int], list[int]]], temperature: float, pad_id: int
                         ) -> tuple[torch.Tensor, torch.Tensor]:
     """log pi_train and entropy (nats) of every completion token, flat in the order of seqs, (N,) each. The

@@ -89,3 +89,24 @@ def test_trainer_only_bench_runs_without_vllm(tmp_path):
     # one position, no completion, attention at seq 0: 3 x 2 x (body weights)
     assert bench.model_flops(shape, 1, 0, 0) == 6 * body
     assert bench.model_flops(shape, 1, 1, 0) == 6 * body + 6 * shape["vocab_size"] * shape["hidden_size"]
+
+
+def test_gpu_memory_split_leaves_the_trainer_what_it_needs():
+    """The README's 8B-on-8-GPUs arithmetic: 16 bytes per parameter / 8 ranks, activations and logits of a
+    4096-token micro-batch; vLLM gets the rest (about half of an 80 GiB GPU), never so much that the trainer's
+    states do not fit; a model that cannot fit beside vLLM is a one-line error."""
+    from types import SimpleNamespace
+    import pytest
+    import policy
+    llama8b = SimpleNamespace(hidden_size=4096, num_hidden_layers=32, vocab_size=128256)
+    gib = 2**30
+    fraction, parts = policy.gpu_memory_split(8_030_000_000, 8, llama8b, 4096, 80 * gib)
+    assert abs(parts["states"] - 16 * 8.03e9 / 8 / gib) < 1e-6
+    assert abs(parts["logits"] - 3 * 4096 * 128256 * 4 / gib) < 1e-6
+    assert parts["trainer"] + fraction * 80 <= 80 + 1e-9  # the two shares fit in the GPU
+    assert 0.3 < fraction < 0.6 and fraction * 80 > parts["vllm_weights"] + 1  # room for a KV cache
+    small, _ = policy.gpu_memory_split(500_000_000, 1, SimpleNamespace(hidden_size=896, num_hidden_layers=24,
+                                                                        vocab_size=151936), 1024, 141 * gib)
+    assert small == 0.9  # a small model leaves vLLM the most it may take
+    with pytest.raises(ValueError, match="micro_batch_tokens"):
+        policy.gpu_memory_split(8_030_000_000, 1, llama8b, 4096, 80 * gib)  # 128 GB of states on one GPU
