@@ -84,8 +84,9 @@ def build(path, device: torch.device, compute_dtype: torch.dtype, fp32_head: boo
 
 
 def gpu_memory_split(num_params: int, world: int, model_config, micro_batch_tokens: int, total_bytes: int,
-                     margin_bytes: int = 2 << 30) -> tuple[float, dict]:
-    """vLLM's share of a GPU that it shares with the trainer, from the trainer's needs -> (fraction, GiB parts).
+                     margin_bytes: int = 2 << 30) -> tuple[float, str]:
+    """vLLM's share of a GPU that it shares with the trainer, from the trainer's needs -> (fraction, the split in
+    one line for the start-up log).
     Per GPU the trainer holds fp32 weights, gradients and two AdamW moments, 16 bytes per parameter / world
     (FSDP2), activations of one micro-batch (~34 x hidden bytes per token per layer without recomputation,
     Korthikanti et al. 2022), and the fp32 logits, log-softmax and gradient of its completion positions (3 x
@@ -103,8 +104,11 @@ def gpu_memory_split(num_params: int, world: int, model_config, micro_batch_toke
                          f"little for vLLM's {vllm_weights / gib:.1f} GiB of weights and a KV cache: lower "
                          "--micro_batch_tokens, use more GPUs, or set --vllm_memory yourself")
     fraction = min(0.9, (total_bytes - trainer) / total_bytes)
-    return fraction, {"total": total_bytes / gib, "trainer": trainer / gib, **{k: v / gib for k, v in parts.items()},
-                      "vllm": fraction * total_bytes / gib, "vllm_weights": vllm_weights / gib}
+    g = {k: v / gib for k, v in parts.items()}
+    return fraction, (f"GPU memory per device: {total_bytes / gib:.0f} GiB; trainer ~{trainer / gib:.1f} (weights, "
+                      f"gradients and AdamW {g['states']:.1f}, activations {g['activations']:.1f}, logits "
+                      f"{g['logits']:.1f}, margin {g['margin']:.0f}); vLLM {fraction:.2f} = {fraction * total_bytes / gib:.1f} "
+                      f"GiB (weights {vllm_weights / gib:.1f} + KV cache)")
 
 
 def completion_logprobs(model, seqs: list[tuple[list[int], list[int]]], temperature: float, pad_id: int

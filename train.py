@@ -134,7 +134,8 @@ elif policy.gguf_file(cfg.model):
 else:
     model_path = cfg.model
 try:
-    context = AutoConfig.from_pretrained(model_path).max_position_embeddings
+    model_config = AutoConfig.from_pretrained(model_path)
+    context = model_config.max_position_embeddings
     tokenizer = AutoTokenizer.from_pretrained(model_path)
 except (OSError, ValueError) as e:  # not on disk and no network, or not a causal LM folder
     fail(f"--model {cfg.model}: cannot load its config and tokenizer ({type(e).__name__}: {str(e).splitlines()[0][:200]})")
@@ -172,18 +173,14 @@ if resume_from:
         fail(str(e))
     print0(f"resumed {run_name} from {resume_from} at step {state['step']}")
 # the generator (generate.py) loads the same weights; the schedule says whether updates land mid-request
-gpu_share = 0.0  # vLLM's share of each GPU, from the trainer's needs unless --vllm_memory says it
+gpu_share = 0.0  # vLLM's share of each GPU: --vllm_memory, or what the trainer leaves (policy.gpu_memory_split)
 if device.type == "cuda" and not cfg.vllm_memory:
-    num_params = sum(p.numel() for p in model.parameters())  # FSDP2's DTensors count the whole parameter
-    try:
-        gpu_share, split = policy.gpu_memory_split(num_params, world, AutoConfig.from_pretrained(model_path),
+    try:  # FSDP2's DTensors count whole parameters
+        gpu_share, split = policy.gpu_memory_split(sum(p.numel() for p in model.parameters()), world, model_config,
                                                    cfg.micro_batch_tokens, torch.cuda.get_device_properties(device).total_memory)
     except ValueError as e:
         fail(str(e))
-    print0(f"GPU memory per device: {split['total']:.0f} GiB; trainer ~{split['trainer']:.1f} (weights, gradients and "
-           f"AdamW {split['states']:.1f}, activations {split['activations']:.1f}, logits {split['logits']:.1f}, margin "
-           f"{split['margin']:.0f}); vLLM {gpu_share:.2f} = {split['vllm']:.1f} GiB (weights {split['vllm_weights']:.1f} "
-           "+ KV cache)")
+    print0(split)
 try:
     gen = Generator(cfg, resume_from or model_path, tokenizer, device.type,
                     prefix_caching=not SCHEDULES[cfg.mode].updates_in_flight, gpu_memory=gpu_share)

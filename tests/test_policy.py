@@ -100,11 +100,12 @@ def test_gpu_memory_split_leaves_the_trainer_what_it_needs():
     import policy
     llama8b = SimpleNamespace(hidden_size=4096, num_hidden_layers=32, vocab_size=128256)
     gib = 2**30
-    fraction, parts = policy.gpu_memory_split(8_030_000_000, 8, llama8b, 4096, 80 * gib)
-    assert abs(parts["states"] - 16 * 8.03e9 / 8 / gib) < 1e-6
-    assert abs(parts["logits"] - 3 * 4096 * 128256 * 4 / gib) < 1e-6
-    assert parts["trainer"] + fraction * 80 <= 80 + 1e-9  # the two shares fit in the GPU
-    assert 0.3 < fraction < 0.6 and fraction * 80 > parts["vllm_weights"] + 1  # room for a KV cache
+    fraction, line = policy.gpu_memory_split(8_030_000_000, 8, llama8b, 4096, 80 * gib)
+    states, logits = 16 * 8.03e9 / 8 / gib, 3 * 4096 * 128256 * 4 / gib
+    assert f"AdamW {states:.1f}" in line and f"logits {logits:.1f}" in line and f"vLLM {fraction:.2f}" in line
+    trainer = states + logits + 34 * 4096 * 32 * 4096 / gib + 2
+    assert abs(fraction * 80 - (80 - trainer)) < 1e-6  # vLLM gets exactly what the trainer leaves
+    assert 0.3 < fraction < 0.6 and fraction * 80 > 2 * 8.03e9 / gib + 1  # bf16 weights and a KV cache fit
     small, _ = policy.gpu_memory_split(500_000_000, 1, SimpleNamespace(hidden_size=896, num_hidden_layers=24,
                                                                         vocab_size=151936), 1024, 141 * gib)
     assert small == 0.9  # a small model leaves vLLM the most it may take
