@@ -45,7 +45,6 @@ interrupt = Interrupt()  # before the slow imports below (vLLM): a Ctrl-C in sta
 
 import config  # noqa: E402
 import data  # noqa: E402
-import losses  # noqa: E402
 from generate import Generator  # noqa: E402  sets vLLM's in-process env vars before vllm loads
 from rollouts import SCHEDULES, PromptSampler, Rollouts, evaluate  # noqa: E402
 
