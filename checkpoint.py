@@ -25,6 +25,7 @@ import os
 import shutil
 import socket
 import stat
+import sys
 
 import torch
 import torch.distributed as dist
@@ -88,12 +89,14 @@ def save(run_dir: str, state: dict, model, optimizer, sampler_state: dict, token
         dir_fd = os.open(run_dir, os.O_RDONLY)  # the rename itself on disk too
         os.fsync(dir_fd)
         os.close(dir_fd)
-        why = verify(final)  # read back: only a checkpoint that verifies may retire older ones
-        if why is None:
+        # only a checkpoint that would verify may retire older ones: its hashes were read back from the synced
+        # files above, so what is left to check is that its weights are finite (in memory: no second read)
+        bad = next((k for k, t in model_sd.items() if t.is_floating_point() and not bool(torch.isfinite(t).all())), None)
+        if bad is None:
             for old in all_checkpoints(run_dir)[:-keep]:
                 shutil.rmtree(old, ignore_errors=True)
         else:
-            log(f"warning: the checkpoint just written does not verify ({why}); older checkpoints are kept")
+            log(f"warning: the checkpoint just written has non-finite weights ({bad}); older checkpoints are kept")
     dist.barrier()
 
 
@@ -105,7 +108,7 @@ def _regular(path: str) -> bool:
         return False
 
 
-def verify(path: str) -> str | None:
+def verify(path: str, log=print) -> str | None:
     """None if the checkpoint is complete and intact, else why not."""
     try:
         manifest_path = os.path.join(path, "manifest.json")
@@ -115,8 +118,13 @@ def verify(path: str) -> str | None:
             return "manifest.json is implausibly large"
         with open(manifest_path) as f:
             manifest = json.load(f)
-        if not isinstance(manifest, dict) or not all(isinstance(v, dict) for v in manifest.values()):
-            return "manifest.json is not a checkpoint manifest (written by an older version?)"
+        if not isinstance(manifest, dict) or not manifest:
+            return "manifest.json is not a checkpoint manifest"
+        if all(isinstance(v, int) for v in manifest.values()):  # written before SHA-256s: sizes only
+            log(f"warning: {path} predates content hashes; checking file sizes only")
+            manifest = {name: {"bytes": size} for name, size in manifest.items()}
+        elif not all(isinstance(v, dict) for v in manifest.values()):
+            return "manifest.json is not a checkpoint manifest"
         missing = [n for n in REQUIRED if n not in manifest]
         if missing or not any(n.endswith(".safetensors") for n in manifest):
             return f"manifest.json lists no {', '.join(missing) or '*.safetensors'}"
@@ -126,7 +134,7 @@ def verify(path: str) -> str | None:
                 return f"{name} is missing or not a regular file"
             if os.path.getsize(full) != expect.get("bytes"):
                 return f"{name} has {os.path.getsize(full)} bytes, expected {expect.get('bytes')}"
-            if _sha256(full) != expect.get("sha256"):
+            if "sha256" in expect and _sha256(full) != expect["sha256"]:
                 return f"{name} does not match its SHA-256 in the manifest (corrupted)"
         with open(os.path.join(path, "state.json")) as f:
             saved = json.load(f)
@@ -153,7 +161,7 @@ def find_latest(run_dir: str, log=print) -> str | None:
     choice = [None]
     if dist.get_rank() == 0:
         for path in reversed(all_checkpoints(run_dir)):
-            why = verify(path)
+            why = verify(path, log)
             if why is None:
                 choice[0] = path
                 break
@@ -223,6 +231,9 @@ def claim_run(run_dir: str, log_path: str, resume: bool):
         holder = f.read().strip() or "another process"
         f.close()
         raise RunError(f"run folder {run_dir} is in use by {holder}: one writer per run") from None
+    except OSError as e:  # a file system without flock (some NFS, Lustre without -o flock): run, unguarded
+        print(f"warning: cannot lock {run_dir} ({e.strerror or e}); make sure no other process writes this run",
+              file=sys.stderr)
     if not resume and (all_checkpoints(run_dir) or (os.path.exists(log_path) and os.path.getsize(log_path))):
         f.close()
         raise RunError(f"a run named {os.path.basename(run_dir)} exists ({log_path}, {run_dir}): pass --resume to "

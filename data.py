@@ -10,6 +10,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import time
 from functools import partial
 
@@ -71,6 +72,8 @@ def _hub_reachable(timeout_s: float = 3.0) -> bool:
     import socket
     from urllib.parse import urlparse
     from huggingface_hub import constants
+    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")):
+        return True  # behind a proxy a direct connection says nothing: let `datasets` try through it
     url = urlparse(constants.ENDPOINT)
     try:
         socket.create_connection((url.hostname, url.port or (80 if url.scheme == "http" else 443)),
@@ -306,6 +309,7 @@ class MathGrader:
         self.workers = [self._spawn() for _ in range(num_workers or max(1, min(4, os.cpu_count() or 1)))]
         self.killed = 0  # workers replaced after a missed deadline
         self.ungraded = 0  # completions marked incorrect for lack of time, since the grader was made
+        self.startup_s = 0.0  # seconds spent waiting for workers to start (import math-verify), never graded time
 
     def new_budget(self, seconds: float | None = None):
         """Start a step: the calls until the next new_budget share `seconds` (default: step_budget_s)."""
@@ -318,6 +322,7 @@ class MathGrader:
 
         def limit_memory():  # a sympy blow-up must not take the trainer's memory with it
             resource.setrlimit(resource.RLIMIT_AS, (WORKER_MEMORY_BYTES, WORKER_MEMORY_BYTES))
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is for the trainer, which stops them
         proc = subprocess.Popen([sys.executable, "-c", _WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.DEVNULL, cwd=self.workdir, text=True, bufsize=1,
                                 preexec_fn=limit_memory)
@@ -330,16 +335,18 @@ class MathGrader:
         if w["proc"].poll() is not None:
             self.workers[k] = w = self._spawn()
         if not w["ready"]:
+            t0 = time.monotonic()
             ok, _, _ = select.select([w["proc"].stdout], [], [], 120)
             if not ok or w["proc"].stdout.readline().strip() != "ready":
                 raise RuntimeError("a math-verify grading worker failed to start (is math-verify installed?)")
             w["ready"] = True
+            self.startup_s += time.monotonic() - t0  # not graded time: the step's budget does not pay for it
         return w["proc"]
 
     def __call__(self, completions: list[str], answers: list[str], thinking: bool | None = None) -> list[float]:
         import select
-        t_start = time.monotonic()
-        budget_end = t_start + max(self.budget_left_s, 0.0)
+        t_start, startup_before = time.monotonic(), self.startup_s
+        budget_end = lambda: t_start + max(self.budget_left_s, 0.0) + self.startup_s - startup_before  # noqa: E731
         rewards, todo = [-1.0] * len(completions), []
         for n, (completion, answer) in enumerate(zip(completions, answers)):
             completion = completion.encode("utf-8", "replace").decode("utf-8")  # lone surrogates become "?"
@@ -348,7 +355,7 @@ class MathGrader:
                 todo.append((n, json.dumps({"id": n, "content": content, "answer": str(answer)})))
         busy = {}  # worker index -> (item index, deadline)
         while todo or busy:
-            if time.monotonic() >= budget_end:  # the step's grading time is spent: the rest is incorrect
+            if time.monotonic() >= budget_end():  # the step's grading time is spent: the rest is incorrect
                 for k in busy:
                     self._replace(k)
                 self.ungraded += len(busy) + len(todo)
@@ -362,7 +369,7 @@ class MathGrader:
                         self.workers[k] = self._spawn()
                         todo.append((n, request))
                         continue
-                    busy[k] = (n, min(time.monotonic() + self.timeout_s, budget_end))
+                    busy[k] = (n, min(time.monotonic() + self.timeout_s, budget_end()))
             wait = max(0.0, min(deadline for _, deadline in busy.values()) - time.monotonic())
             readable, _, _ = select.select([self.workers[k]["proc"].stdout for k in busy], [], [], wait)
             for k, (n, deadline) in list(busy.items()):
@@ -378,7 +385,7 @@ class MathGrader:
                     self.killed += 1
                     self.ungraded += 1
                     del busy[k]
-        self.budget_left_s -= time.monotonic() - t_start
+        self.budget_left_s -= time.monotonic() - t_start - (self.startup_s - startup_before)
         return rewards
 
     def _replace(self, k: int):

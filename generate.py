@@ -206,7 +206,8 @@ class Generator:
             s.logprobs += list(o.logprobs.logprobs) if len(o.token_ids) else []
             s.versions += versions
             s.mask += [1] * len(o.token_ids)
-            closed = o.finish_reason == "stop" and o.stop_reason in (self.think_end_id, THINK_END)  # wrote </think>
+            # wrote </think> itself (an EOS also finishes with "stop", with stop_reason None: not a close)
+            closed = o.finish_reason == "stop" and o.stop_reason is not None and o.stop_reason in (self.think_end_id, THINK_END)
             if self.cfg.interruptions and phase == 0 and (closed or o.finish_reason == "length"):
                 if o.finish_reason == "length":  # thinking budget reached: inject the phrase
                     s.interrupted = True

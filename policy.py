@@ -30,7 +30,8 @@ def gguf_file(name: str) -> str | None:
     """The GGUF file `--model` names: a .gguf file, or a folder holding exactly one; else None."""
     if name.endswith(".gguf"):
         return name
-    found = glob.glob(os.path.join(name, "*.gguf")) if os.path.isdir(name) else []
+    hf_folder = os.path.isfile(os.path.join(name, "config.json"))  # a Hugging Face folder is loaded as one
+    found = glob.glob(os.path.join(name, "*.gguf")) if os.path.isdir(name) and not hf_folder else []
     return found[0] if len(found) == 1 else None
 
 

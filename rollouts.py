@@ -89,12 +89,21 @@ class PromptSampler:
             for prompt_idx, pass_rate in ranked:
                 self.record(prompt_idx, pass_rate)
 
+    def fingerprint(self) -> str:
+        """What the saved indices point into: the training prompts, in order (a resume on another list is refused)."""
+        import hashlib
+        return hashlib.sha256("\0".join(r["prompt"] for r in self.rows).encode()).hexdigest()[:16]
+
     def state_dict(self, pending: list[int] = ()) -> dict:
         """pending: prompts drawn but not trained on yet; they come first after a resume."""
         return {"epoch": self.epoch, "pos": self.pos, "serial": self.serial, "order": self.order,
-                "requeued": list(pending) + self.requeued, "retired": sorted(self.retired)}
+                "requeued": list(pending) + self.requeued, "retired": sorted(self.retired),
+                "prompts": self.fingerprint()}
 
     def load_state_dict(self, state: dict):
+        if state.get("prompts", self.fingerprint()) != self.fingerprint():
+            raise ValueError("the training prompts differ from the ones this checkpoint's data order indexes "
+                             "(another --dataset, or a dataset file that changed)")
         self.epoch, self.pos, self.serial = state["epoch"], state["pos"], state["serial"]
         self.order, self.requeued = list(state["order"]), list(state["requeued"])
         self.retired = set(state["retired"])
@@ -242,8 +251,8 @@ def evaluate(gen: Generator, rows: list[dict], cfg, grade, first_index: int = 0,
     groups = gen.run_until_done(uids, "evaluate") if uids else []
     samples = [s for g in groups for s in g.samples]
     before = ungraded(grade)
-    if hasattr(grade, "new_budget"):  # the step's grading budget for every --batch completions graded
-        grade.new_budget(cfg.grade_step_budget_s * max(1.0, len(samples) / cfg.batch))
+    if hasattr(grade, "new_budget"):  # the step's grading budget for every --batch completions graded (all ranks)
+        grade.new_budget(cfg.grade_step_budget_s * max(1.0, len(samples) * stride / cfg.batch))
     rewards = grade([s.text for s in samples], [g.answer for g in groups for _ in g.samples]) if samples else []
     # the pass rate's sampling variance for these fixed prompts: sum over prompts of p(1-p)/n, unbiased per prompt
     n = cfg.eval_samples

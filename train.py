@@ -11,6 +11,7 @@ on held-out prompts every eval_every steps and checkpoint every save_every. Deli
 term and no reference model (paper §2), no value model, no top-p/top-k sampling (they would bias pi_gen).
 Set-up and bookkeeping come first; the loop is at the bottom.
 """
+import datetime
 import json
 import math
 import os
@@ -22,22 +23,24 @@ from contextlib import contextmanager
 
 
 class Interrupt:
-    """Ctrl-C (SIGINT; torchrun passes it to every rank) stops cleanly, with one line, exit status 130 and no
-    traceback: during the loop, after the current step and a checkpoint; otherwise, or at a second Ctrl-C, at
-    once (the log stays valid: it is flushed per record; a half-written checkpoint is a .tmp folder, ignored)."""
+    """Ctrl-C (SIGINT) or SIGTERM (a scheduler's stop) ends the run cleanly, with one line, exit status 128 +
+    the signal and no traceback: during the loop, after the current step and a checkpoint; otherwise, or at a
+    second signal, at once (the log stays valid: it is flushed per record; a half-written checkpoint is a .tmp
+    folder, ignored). torchrun passes the signal to every rank but kills them after its own shutdown timeout."""
 
     def __init__(self):
-        self.in_loop = self.requested = False
+        self.in_loop, self.requested = False, 0
         signal.signal(signal.SIGINT, self)
+        signal.signal(signal.SIGTERM, self)
 
     def __call__(self, signum, frame):
         if self.in_loop and not self.requested:
-            self.requested = True
-            print("interrupted: stopping after this step and a checkpoint (Ctrl-C again to stop now)", file=sys.stderr,
-                  flush=True)
+            self.requested = 128 + signum
+            print("interrupted: stopping after this step and a checkpoint (interrupt again to stop now)",
+                  file=sys.stderr, flush=True)
             return
         print("error: interrupted", file=sys.stderr, flush=True)
-        os._exit(130)  # not an exception: vLLM or gloo code mid-call must not print a traceback on the way out
+        os._exit(128 + signum)  # not an exception: vLLM or gloo code mid-call must not print a traceback on exit
 
 
 interrupt = Interrupt()  # before the slow imports below (vLLM): a Ctrl-C in start-up is clean too
@@ -71,7 +74,9 @@ rank, world = (int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])) if distri
 device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if torch.cuda.is_available() else "cpu")
 if device.type == "cuda":
     torch.cuda.set_device(device)
-dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
+# ranks wait in collectives while rank 0 alone hashes and verifies a checkpoint (minutes for a large model):
+# a timeout of an hour rather than NCCL's default ten minutes
+dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=datetime.timedelta(hours=1),
                         **({} if distributed else {"store": dist.HashStore(), "rank": 0, "world_size": 1}))
 master = rank == 0
 compute_dtype = getattr(torch, cfg.dtype)  # resolved by config.py ("auto" is never left)
@@ -91,13 +96,15 @@ def fail(msg: str, status: int = 2):
 
 def on_rank0(work):
     """work() on rank 0 only (folders, caches, conversions); every rank gets its result, or exits with its
-    one-line error (a ValueError or OSError the user can fix)."""
+    one-line error (the other ranks must not wait forever on a rank that failed)."""
     out = [None, None]
     if master:
         try:
             out[0] = work()
-        except (ValueError, OSError) as e:
+        except (ValueError, OSError) as e:  # problems the user can fix, worded for them
             out[1] = str(e)
+        except Exception as e:
+            out[1] = f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
     dist.broadcast_object_list(out)
     if out[1]:
         fail(out[1])
@@ -180,11 +187,17 @@ if device.type == "cuda" and not cfg.vllm_memory:
     except ValueError as e:
         fail(str(e))
     print0(split)
+engine_error = None
 try:
     gen = Generator(cfg, resume_from or model_path, tokenizer, device.type,
                     prefix_caching=not SCHEDULES[cfg.mode].updates_in_flight, gpu_memory=gpu_share)
 except Exception as e:  # too little memory for the KV cache, an unsupported model...: one line, status 4
-    fail(f"the vLLM engine failed to start: {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}", 4)
+    engine_error = f"the vLLM engine failed to start on rank {rank}: {type(e).__name__}: " + \
+        (str(e).splitlines()[0][:300] if str(e) else "")
+engine_errors = [None] * world
+dist.all_gather_object(engine_errors, engine_error)  # every rank learns of a failure on any rank
+if any(engine_errors):
+    fail(next(e for e in engine_errors if e), 4)
 if resume_from:  # and once more through update_weights, as the running engine got them: on CPUs with AMX, vLLM's
     gen.update_weights(policy.full_weights(model))  # bf16 numerics differ between a fresh load and a reload
 gen.set_version(state["version"])
@@ -463,13 +476,13 @@ while True:
     if cfg.dump_every != -1 and state["step"] % cfg.dump_every == 0:
         with clock.paused():
             dump_rollouts(groups, trained_version)
-    stopping = all_reduce({"stop": interrupt.requested}, op=dist.ReduceOp.MAX)["stop"]  # Ctrl-C on any rank
+    stopping = int(all_reduce({"stop": interrupt.requested}, op=dist.ReduceOp.MAX)["stop"])  # a signal on any rank
     if stopping or (cfg.save_every != -1 and state["step"] % cfg.save_every == 0):
         with clock.paused():
             save_checkpoint()
     if stopping:
         print0(f"stopped by Ctrl-C at step {state['step']}; continue with --resume --run_name {run_name}")
-        sys.exit(130)
+        sys.exit(stopping)
 
 print0(f"done: {state['step']} steps, {clock.hours:.4f} device-hours, log {log_path}")
 if log.wandb is not None:

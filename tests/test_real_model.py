@@ -137,5 +137,6 @@ def test_forced_interruptions_on_a_model_without_a_think_end_token(smol_path):
         assert s.versions[start:start + len(phrase)] == [-1] * len(phrase)  # not sampled
         assert len(s.token_ids) > start + len(phrase)  # the answer phase ran after it
         assert data.THINK_END in s.text
-    for s in group.samples:  # the rest closed </think> themselves or ended with EOS within the budget
+    for s in group.samples:  # nothing ever follows an EOS; one that ended the thinking phase ends the completion
+        assert tok.eos_token_id not in s.token_ids[:-1]
         assert s.interrupted or data.THINK_END in s.text or len(s.token_ids) <= 10

@@ -229,6 +229,16 @@ def test_non_finite_weights_are_refused_even_with_a_matching_manifest(tmp_path, 
                                      "sha256": checkpoint._sha256(str(ckpt / "model.safetensors"))}
     (ckpt / "manifest.json").write_text(json.dumps(manifest))
     assert "not finite" in checkpoint.verify(str(ckpt))
+    # content checks behind the hashes: a state.json without what a resume reads, vouched for by its manifest
+    (ckpt / "state.json").write_text(json.dumps({"counters": {}, "sampler": {}}))
+    manifest["state.json"] = {"bytes": (ckpt / "state.json").stat().st_size,
+                              "sha256": checkpoint._sha256(str(ckpt / "state.json"))}
+    (ckpt / "manifest.json").write_text(json.dumps(manifest))
+    assert "state.json lacks" in checkpoint.verify(str(ckpt))
+    # a manifest of sizes only (written before content hashes) is still read, with a warning
+    (ckpt / "manifest.json").write_text(json.dumps({k: v["bytes"] for k, v in manifest.items()}))
+    said = []
+    assert "state.json lacks" in checkpoint.verify(str(ckpt), log=said.append) and "predates" in said[0]
 
 
 def test_one_writer_per_run_and_no_silent_reuse_of_a_name(tmp_path, toy_path, run_name):
