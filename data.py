@@ -49,7 +49,7 @@ def box_rows() -> list[dict]:
     the answer in the required form ("Put the number 38 in a box like this: \\boxed{38}"), the rest (all 81
     one-digit sums, three phrasings) ask for a sum in that form. SmolLM2-135M-Instruct at temperature 1 gets ~9%
     of the first kind and ~0% of the second right (measured): RL has a signal to learn the answer format from,
-    and then sums in it."""
+    and then sums in it. Graded by grade_boxed_exact: the box must hold the number."""
     asks = ("What is {a} + {b}? Answer like this: \\boxed{{number}}", "Add {a} and {b}. Write the result as "
             "\\boxed{{number}}", "Compute {a} + {b} and put it in \\boxed{{}}")
     rows = [{"prompt": ask.format(a=a, b=b), "answer": str(a + b)} for ask in asks for a in range(1, 10)
@@ -192,7 +192,9 @@ def load_task(cfg, tokenizer, rows: tuple[list[dict], list[dict]] | None = None,
         import toy
         grade = toy.grade_toy
     else:
-        if cfg.reward == "exact":  # plain tasks: the first line of the final answer must equal the answer
+        if cfg.dataset in GENERATED:  # integer answers: the box must hold the number itself
+            grade = partial(grade_boxed_exact, thinking=prompt_opens_thinking(tokenizer))
+        elif cfg.reward == "exact":  # plain tasks: the first line of the final answer must equal the answer
             grade = partial(grade_exact, thinking=prompt_opens_thinking(tokenizer))
         else:
             if cfg.dataset not in GENERATED:  # generated tasks say in their own words how to answer
@@ -227,6 +229,13 @@ def grade_exact(completions: list[str], answers: list[str], thinking: bool) -> l
             return None
         return c.strip().split("\n", 1)[0].strip()
     return [1.0 if first_line(c) == a.strip() else -1.0 for c, a in zip(completions, answers)]
+
+
+def grade_boxed_exact(completions: list[str], answers: list[str], thinking: bool) -> list[float]:
+    """The final \\boxed{} holds exactly the answer's text. For the generated tasks, whose answers are integers:
+    math-verify accepts any expression equal to the answer, and SmolLM2-135M learned within 60 RL steps to
+    answer "Compute 5 + 9" with \\boxed{5 + 9} (measured: every sum in the last 90 steps) instead of summing."""
+    return [1.0 if final_answer(c, thinking) == a.strip() else -1.0 for c, a in zip(completions, answers)]
 
 
 MAX_ANSWER_CHARS = 1000  # a boxed answer longer than this is wrong without being parsed

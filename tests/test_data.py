@@ -98,3 +98,12 @@ def test_ranks_share_every_global_draw():
     ranks = [rollouts.PromptSampler(_rows(10), seed=2, npr=True, npr_threshold=0.9).draw(12, rank, 3) for rank in range(3)]
     assert sorted(d for r in ranks for d in r) == sorted(whole)  # the same global batch, split three ways
     assert all(len(r) == 4 for r in ranks)
+
+
+def test_generated_box_task_needs_the_number_itself():
+    """math-verify would accept \\boxed{5 + 9} for 14 (SmolLM2 learned exactly that); the box task must not."""
+    rows = data.box_rows()
+    assert len(rows) == len({r["prompt"] for r in rows}) == 1000
+    assert sum("Put the number" not in r["prompt"] for r in rows) == 243  # 81 sums x 3 phrasings
+    assert data.grade_boxed_exact(["\\boxed{14}", "\\boxed{5 + 9}", "so \\boxed{14}.", "\\boxed{014}"], ["14"] * 4,
+                                  thinking=False) == [1.0, -1.0, 1.0, -1.0]
