@@ -20,7 +20,7 @@ OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
 def test_local_file_trains_end_to_end(tmp_path, toy_path, run_name, name):
     """Prompt formatting with the tiny tokenizer's chat template, vLLM generation, math-verify grading, and an
     optimizer step, on a local file."""
-    proc = run_train("--dataset", os.path.join(FIXTURES, name), "--eval_prompts", "4", "--eval_samples", "2",
+    proc = run_train("--dataset", os.path.join(FIXTURES, name), "--eval_prompts", "3", "--eval_samples", "2",
                      "--eval_every", "1", "--max_steps", "1", "--mode", "sync", "--batch", "64",
                      "--save_every", "-1", "--dump_every", "1", "--run_name", (run := run_name()),
                      "--log_dir", str(tmp_path), env=OFFLINE)
@@ -57,8 +57,9 @@ def test_named_dataset_field_mapping(monkeypatch, name, fixture, expect):
 
 def test_named_dataset_graded_with_math_verify(monkeypatch, tokenizer):
     _fake_hub(monkeypatch, "math_rows.jsonl")
-    cfg = config.parse_args(["--dataset", "math", "--eval_dataset", "math", "--prompt_max_tokens", "512"])
-    train, val, grade = data.load_task(cfg, tokenizer)
+    cfg = config.parse_args(["--dataset", "math", "--prompt_max_tokens", "512"])
+    rows = data._rows("math")  # (the fake Hub serves the same rows as training and evaluation set)
+    train, val, grade = data.load_task(cfg, tokenizer, (rows, rows))
     assert train[0]["prompt"].endswith(data.MATH_INSTRUCTION)
     assert tokenizer.decode(train[0]["prompt_ids"]).endswith("<|assistant|><think>")  # the chat template's prompt
     assert grade(["so </think> \\boxed{0.5}", "\\boxed{1/2}", "</think> \\boxed{4}"], ["\\frac{1}{2}"] * 2 + ["4"]) == \
