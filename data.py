@@ -305,8 +305,8 @@ class MathGrader:
     than MAX_ANSWER_CHARS, unclosed, or more than MAX_BOXES boxes -> incorrect.
 
     A step's grading is bounded too: new_budget(seconds) at the start of a step gives every call until the next
-    new_budget that many seconds in all (grading time only, not the decoding between calls); once it is spent,
-    the rest is incorrect without being graded. `ungraded` counts the completions marked incorrect for lack of
+    new_budget that many seconds in all (the wall clock of grading calls, replacing killed workers included; not
+    the decoding between calls); once it is spent, the rest is incorrect without being graded. `ungraded` counts the completions marked incorrect for lack of
     time (over their own deadline or the step's), so the log can say how many there were."""
 
     def __init__(self, timeout_s: float = 1.0, num_workers: int = 0, thinking: bool = True,
@@ -318,7 +318,6 @@ class MathGrader:
         self.workers = [self._spawn() for _ in range(num_workers or max(1, min(4, os.cpu_count() or 1)))]
         self.killed = 0  # workers replaced after a missed deadline
         self.ungraded = 0  # completions marked incorrect for lack of time, since the grader was made
-        self.startup_s = 0.0  # seconds spent waiting for workers to start (import math-verify), never graded time
 
     def new_budget(self, seconds: float | None = None):
         """Start a step: the calls until the next new_budget share `seconds` (default: step_budget_s)."""
@@ -337,25 +336,26 @@ class MathGrader:
                                 preexec_fn=limit_memory)
         return {"proc": proc, "ready": False}
 
-    def _take(self, k: int):
-        """Worker k, restarted if it died, once it has imported math-verify (start-up is not graded time)."""
+    def _take(self, k: int, wait_s: float = 120.0):
+        """Worker k, restarted if it died, once it has imported math-verify (start-up is not an item's graded
+        time); None if it is still starting after wait_s (the step's budget ran out first)."""
         import select
         w = self.workers[k]
         if w["proc"].poll() is not None:
             self.workers[k] = w = self._spawn()
         if not w["ready"]:
-            t0 = time.monotonic()
-            ok, _, _ = select.select([w["proc"].stdout], [], [], 120)
+            ok, _, _ = select.select([w["proc"].stdout], [], [], min(120.0, wait_s))
+            if not ok and wait_s < 120.0:
+                return None
             if not ok or w["proc"].stdout.readline().strip() != "ready":
                 raise RuntimeError("a math-verify grading worker failed to start (is math-verify installed?)")
             w["ready"] = True
-            self.startup_s += time.monotonic() - t0  # not graded time: the step's budget does not pay for it
         return w["proc"]
 
     def __call__(self, completions: list[str], answers: list[str], thinking: bool | None = None) -> list[float]:
         import select
-        t_start, startup_before = time.monotonic(), self.startup_s
-        budget_end = lambda: t_start + max(self.budget_left_s, 0.0) + self.startup_s - startup_before  # noqa: E731
+        t_start = time.monotonic()
+        budget_end = t_start + max(self.budget_left_s, 0.0)  # wall clock: replacing a killed worker counts too
         rewards, todo = [-1.0] * len(completions), []
         for n, (completion, answer) in enumerate(zip(completions, answers)):
             completion = completion.encode("utf-8", "replace").decode("utf-8")  # lone surrogates become "?"
@@ -364,7 +364,7 @@ class MathGrader:
                 todo.append((n, json.dumps({"id": n, "content": content, "answer": str(answer)})))
         busy = {}  # worker index -> (item index, deadline)
         while todo or busy:
-            if time.monotonic() >= budget_end():  # the step's grading time is spent: the rest is incorrect
+            if time.monotonic() >= budget_end:  # the step's grading time is spent: the rest is incorrect
                 for k in busy:
                     self._replace(k)
                 self.ungraded += len(busy) + len(todo)
@@ -372,13 +372,19 @@ class MathGrader:
             for k in range(len(self.workers)):
                 if k not in busy and todo:
                     n, request = todo.pop()
+                    proc = self._take(k, max(0.0, budget_end - time.monotonic()))
+                    if proc is None:  # still starting, and the step's time is spent
+                        todo.append((n, request))
+                        break
                     try:
-                        self._take(k).stdin.write(request + "\n")
+                        proc.stdin.write(request + "\n")
                     except BrokenPipeError:  # it died since it was last seen: a fresh one, and this item again
                         self.workers[k] = self._spawn()
                         todo.append((n, request))
                         continue
-                    busy[k] = (n, min(time.monotonic() + self.timeout_s, budget_end()))
+                    busy[k] = (n, min(time.monotonic() + self.timeout_s, budget_end))
+            if not busy:  # nothing sent this round (a worker starting or dead): back to the budget check
+                continue
             wait = max(0.0, min(deadline for _, deadline in busy.values()) - time.monotonic())
             readable, _, _ = select.select([self.workers[k]["proc"].stdout for k in busy], [], [], wait)
             for k, (n, deadline) in list(busy.items()):
@@ -394,7 +400,7 @@ class MathGrader:
                     self.killed += 1
                     self.ungraded += 1
                     del busy[k]
-        self.budget_left_s -= time.monotonic() - t_start - (self.startup_s - startup_before)
+        self.budget_left_s -= time.monotonic() - t_start
         return rewards
 
     def _replace(self, k: int):
