@@ -20,6 +20,11 @@ EOS = "<|endoftext|>"
 INTERRUPT_PHRASE = "Okay, time is up. Let me stop thinking and formulate a final answer now. </think>"
 
 
+def one_line(e: BaseException, limit: int = 200) -> str:
+    """An exception as "Type: first line of its message", for the one-line errors users see."""
+    return f"{type(e).__name__}: {str(e).splitlines()[0][:limit] if str(e) else ''}"
+
+
 # --- tasks: rows with prompt token ids, a held-out split, and a grader ------------------------------------------
 class DataError(ValueError):
     """A dataset problem the user can fix: reported as one line naming the file and row."""
@@ -98,7 +103,7 @@ def _read(name: str, flag: str = "--dataset") -> tuple[list[dict], dict]:
         except Exception as e:  # offline, not cached, moved: one line, not a traceback
             where = "the local cache (the Hub is not reachable)" if datasets.config.HF_HUB_OFFLINE else "the Hub"
             raise DataError(f"{flag} {name} ({spec['path']}) could not be loaded from {where}: it needs a download "
-                            f"or a local cache ({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})"
+                            f"or a local cache ({one_line(e)})"
                             ) from None
     if not name.endswith((".jsonl", ".json", ".parquet")):
         raise DataError(f"{flag} {name!r}: not a named dataset ({', '.join([*DATASETS, *GENERATED])}, toy) or a .jsonl/.parquet file")
@@ -110,7 +115,7 @@ def _read(name: str, flag: str = "--dataset") -> tuple[list[dict], dict]:
         rows = ds.to_list()  # text is decoded here: bad UTF-8 fails here
     except Exception as e:
         raise DataError(f"{flag} {name}: cannot be read as {kind} "
-                        f"({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})") from None
+                        f"({one_line(e)})") from None
     fields = set(ds.column_names)
     prompt = next((f for f in LOCAL_PROMPT_FIELDS if f in fields), None)
     answer = next((f for f in LOCAL_ANSWER_FIELDS if f in fields), None)

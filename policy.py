@@ -44,6 +44,8 @@ def from_gguf(path: str, out_dir: str, log=print) -> str:
     import importlib.util
     import shutil
     from transformers import AutoTokenizer
+
+    from data import one_line
     if not os.path.isfile(path):
         raise ValueError(f"--model {path}: no such GGUF file")
     with open(path, "rb") as f:
@@ -60,15 +62,17 @@ def from_gguf(path: str, out_dir: str, log=print) -> str:
         tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
         model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
     except Exception as e:  # a corrupt file, an architecture transformers cannot dequantize, ...
-        first = str(e).splitlines()[0][:200] if str(e) else ""
-        raise ValueError(f"--model {path}: cannot be read as a GGUF causal LM ({type(e).__name__}: {first})") from None
+        raise ValueError(f"--model {path}: cannot be read as a GGUF causal LM ({one_line(e)})") from None
     model.config.quantization_config = None  # dequantized: a plain fp32 checkpoint from here on
     model.hf_quantizer = None
     tmp = final + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
-    os.replace(tmp, final) if not os.path.exists(final) else shutil.rmtree(tmp)
+    if os.path.exists(final):  # another process converted it meanwhile
+        shutil.rmtree(tmp)
+    else:
+        os.replace(tmp, final)
     return final
 
 

@@ -104,7 +104,7 @@ def on_rank0(work):
         except (ValueError, OSError) as e:  # problems the user can fix, worded for them
             out[1] = str(e)
         except Exception as e:
-            out[1] = f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
+            out[1] = data.one_line(e, 300)
     dist.broadcast_object_list(out)
     if out[1]:
         fail(out[1])
@@ -135,8 +135,8 @@ torch.manual_seed(cfg.seed + rank)
 # models come from the Hub or a path
 if cfg.model in toy.MODELS:
     model_path = on_rank0(lambda: toy.build_toy_model(cfg.out_dir, cfg.model, log=print0))
-elif policy.gguf_file(cfg.model):
-    model_path = on_rank0(lambda: policy.from_gguf(policy.gguf_file(cfg.model), cfg.out_dir, log=print0))
+elif gguf := policy.gguf_file(cfg.model):
+    model_path = on_rank0(lambda: policy.from_gguf(gguf, cfg.out_dir, log=print0))
 else:
     model_path = cfg.model
 try:
@@ -144,7 +144,7 @@ try:
     context = model_config.max_position_embeddings
     tokenizer = AutoTokenizer.from_pretrained(model_path)
 except (OSError, ValueError) as e:  # not on disk and no network, or not a causal LM folder
-    fail(f"--model {cfg.model}: cannot load its config and tokenizer ({type(e).__name__}: {str(e).splitlines()[0][:200]})")
+    fail(f"--model {cfg.model}: cannot load its config and tokenizer ({data.one_line(e)})")
 try:
     train_rows, eval_rows, grade = data.load_task(cfg, tokenizer, task_rows)
 except data.DataError as e:
@@ -192,8 +192,7 @@ try:
     gen = Generator(cfg, resume_from or model_path, tokenizer, device.type,
                     prefix_caching=not SCHEDULES[cfg.mode].updates_in_flight, gpu_memory=gpu_share)
 except Exception as e:  # too little memory for the KV cache, an unsupported model...: one line, status 4
-    engine_error = f"the vLLM engine failed to start on rank {rank}: {type(e).__name__}: " + \
-        (str(e).splitlines()[0][:300] if str(e) else "")
+    engine_error = f"the vLLM engine failed to start on rank {rank}: {data.one_line(e, 300)}"
 engine_errors = [None] * world
 dist.all_gather_object(engine_errors, engine_error)  # every rank learns of a failure on any rank
 if any(engine_errors):
