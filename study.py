@@ -93,7 +93,9 @@ def run(name: str, core: int | None = None) -> bool:
     env = dict(os.environ)
     if core is not None:
         env.update(OMP_NUM_THREADS="1", VLLM_CPU_OMP_THREADS_BIND=str(core))
-    print(f"study: {' '.join(cmd[1:])}" + (f" (core {core})" if core is not None else ""), flush=True)
+    # one write per line: two lanes print at once
+    sys.stdout.write(f"study: {' '.join(cmd[1:])}" + (f" (core {core})" if core is not None else "") + "\n")
+    sys.stdout.flush()
     with open(os.path.join(LOG_DIR, f"{name}.out"), "a") as out:
         cmd = ["taskset", "-c", str(core), *cmd] if core is not None and shutil.which("taskset") else cmd
         status = subprocess.run(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT).returncode
@@ -192,16 +194,18 @@ def fit(part: str, margin: float = 0.02):
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--part", choices=list(PARTS), default="seeds", help="which runs (default: seeds)")
-    ap.add_argument("--runs", default="", help="comma-separated names from the part (default: all of it)")
+    ap.add_argument("--runs", default="", help="comma-separated run names from any part, run in this order "
+                    "(default: all of --part); the fits are still those of --part")
     ap.add_argument("--fit_only", action="store_true", help="skip training; fit the logs that exist")
     ap.add_argument("--jobs", type=int, default=1, choices=[1, 2],
                     help="runs at a time; 2 pins each run to its own core (on 2 cores: more runs per hour, and "
                          "every run sees the same 1-core machine, so their device-hours stay comparable)")
     args = ap.parse_args()
     names = [n for n in args.runs.split(",") if n] or list(PARTS[args.part])
-    unknown = [n for n in names if n not in PARTS[args.part]]
+    known = [n for part in PARTS.values() for n in part]
+    unknown = [n for n in names if n not in known]
     if unknown:
-        print(f"error: unknown runs {unknown} in part {args.part}; choose from {', '.join(PARTS[args.part])}",
+        print(f"error: unknown runs {unknown}; choose from {', '.join(known)}",
               file=sys.stderr)
         sys.exit(2)
     ok = True
