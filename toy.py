@@ -23,41 +23,47 @@ import time
 from data import EOS, INTERRUPT_PHRASE, MATH_INSTRUCTION, THINK_END, THINK_START, format_prompt, final_answer
 
 # --- the task ---------------------------------------------------------------------------------------------------
-# What sets the ceiling A. A step of the scratchpad is 8 tokens ("12+9=21 ", digits one token each). Problems
-# are short (2-5 terms: at most 32 thinking tokens with </think>) or, with probability TOY_LONG_FRACTION, long
-# (8-9 terms: 48-64 tokens). The toy's thinking budget (config.TOY: 32-40 tokens, then the forced "time is up"
-# phrase and 7 answer tokens, room for \boxed{NN} and EOS only) fits every short solution and no long one. RL
-# fixes the slips of the warm start on short problems but cannot make a long one fit, so the default run
-# saturates near 1 - (share of long problems) plus what the policy learns to guess after an interruption; a
-# budget twice as long fits the long problems and lifts the ceiling (paper §5: a longer generation budget,
-# higher A, slower start). The gap between 5 and 8 terms keeps every problem clearly inside or outside the
-# budget: an interrupted long problem still has 2-4 additions to go. Both splits are exactly 1/3 long.
-# Completions vary several-fold in length: the stragglers that PipelineRL is for (paper §3.1).
-TOY_SHORT_TERMS, TOY_LONG_TERMS = (2, 5), (8, 9)
+# What sets the ceiling A. A step of the concise scratchpad is 7-8 tokens ("12+9=21 ", digits one token each).
+# Problems are short (4-5 terms: 19-32 thinking tokens with </think>) or, with probability TOY_LONG_FRACTION,
+# long (8-9 terms: 48-64 tokens). The toy's thinking budget (config.TOY: 32-40 tokens, then the forced "time is
+# up" phrase and 7 answer tokens, room for \boxed{NN} and EOS only) fits every concise short solution and no
+# long one, so the run saturates near 1 - (share of long problems) plus what the policy learns to guess after an
+# interruption; a budget twice as long fits the long problems and lifts the ceiling (paper §5: a longer
+# generation budget, higher A). Both splits are exactly 1/3 long. Completions vary several-fold in length:
+# the stragglers that PipelineRL is for (paper §3.1).
+TOY_SHORT_TERMS, TOY_LONG_TERMS = (4, 5), (8, 9)
 TOY_LONG_FRACTION = 1 / 3
 TOY_MAX_OPERAND = 9
-# prompts; validation is held out and never trained on. 10,000 keeps a default run (600 steps x 16 prompts) in its
-# first epoch: with 4,000, No-Positive-Resampling had retired the solvable short prompts by the third epoch and
-# left ~75% of each batch on long problems the budget cannot fit, and the run collapsed late (0.61 -> 0.43)
-TOY_NUM_TRAIN, TOY_NUM_VAL = 10000, 1000
-TOY_SFT_STEPS, TOY_SFT_BATCH, TOY_SFT_LR = 450, 64, 2e-3  # supervised warm start (tuned for the base pass rate)
-# The warm start imitates sloppy traces: each running sum is off by 1-3 with this probability (and later sums
-# build on the slip), so the model learns the procedure but slips, as an SFT model imitating imperfect
-# reasoning does. RL then has something real to fix: the reward is only for the right final answer.
-TOY_SFT_SLIP_RATE = 0.1
+# prompts; validation is held out and never trained on. 20,000 keeps a default run (1,000 steps x 16 prompts) in
+# its first epoch: past it, No-Positive-Resampling has retired the solved short prompts and leaves batches of
+# long problems the budget cannot fit (measured on the previous toy: collapse past ~3 epochs, docs/measurements.md)
+TOY_NUM_TRAIN, TOY_NUM_VAL = 20000, 1000
+TOY_SFT_STEPS, TOY_SFT_BATCH, TOY_SFT_LR = 450, 64, 2e-3  # supervised warm start
+# What makes the rise. The warm start imitates a careful teacher: 95% of its traces check every step by the
+# inverse subtraction ("12+9=21 21-9=12 ", 12-16 tokens a step), 5% are concise. Checked, a short problem needs
+# 37-63 thinking tokens and is interrupted (a 4-term one fits 13% of the time, at the top of the budget's range);
+# concise, it fits. So the warm start passes ~5% (the paper starts RL
+# from an SFT model), and RL under forced interruptions has to learn to think concisely (paper §3.2(f)), then to
+# do it without the slips of a style it saw little of (copying the wrong next term). That takes the whole run:
+# a rise from ~0.05 to the ceiling, where the previous toy (sloppy concise traces at 0.42) rose most of its way
+# in 40 steps and then crept, which left A unmeasurable (docs/measurements.md). TOY_SFT_SLIP_RATE (each running
+# sum off by 1-3) is a knob for sloppier teachers; the default teacher does not slip.
+TOY_SFT_CHECK_RATE = 0.95
+TOY_SFT_SLIP_RATE = 0.0
 
 
-def toy_problem(rng: random.Random, slip_rate: float = 0.0) -> dict:
-    """A sum of 2-5 or 8-9 single-digit terms; "solution" is a scratchpad of running sums, each slipping by 1-3
-    with slip_rate."""
+def toy_problem(rng: random.Random, slip_rate: float = 0.0, check_rate: float = 0.0) -> dict:
+    """A sum of 4-5 or 8-9 single-digit terms; "solution" is a scratchpad of running sums, each slipping by 1-3
+    with slip_rate, and with probability check_rate each step checked by its inverse subtraction."""
     n = rng.randint(*(TOY_LONG_TERMS if rng.random() < TOY_LONG_FRACTION else TOY_SHORT_TERMS))
     terms = [rng.randint(1, TOY_MAX_OPERAND) for _ in range(n)]
     steps, running = [], terms[0]
+    check = rng.random() < check_rate  # drawn for every problem, so the splits do not depend on check_rate
     for t in terms[1:]:
         result = running + t
         if rng.random() < slip_rate:
             result = max(0, result + rng.choice([-3, -2, -1, 1, 2, 3]))
-        steps.append(f"{running}+{t}={result}")
+        steps.append(f"{running}+{t}={result}" + (f" {result}-{t}={running}" if check else ""))
         running = result
     return {"prompt": "Add: " + "+".join(map(str, terms)), "answer": str(sum(terms)),
             "solution": " ".join(steps) + f" {THINK_END}\\boxed{{{running}}}"}
@@ -114,7 +120,7 @@ def build_toy_tokenizer():
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
     rng = random.Random(0)
-    corpus = [f"<|user|>{p['prompt']}<|assistant|><think>{p['solution']}" for p in (toy_problem(rng) for _ in range(2000))]
+    corpus = [f"<|user|>{p['prompt']}<|assistant|><think>{p['solution']}" for p in (toy_problem(rng, check_rate=0.5) for _ in range(2000))]
     corpus += [INTERRUPT_PHRASE, MATH_INSTRUCTION] * 100
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
@@ -134,7 +140,7 @@ def build_toy_tokenizer():
 
 def _toy_spec_hash(name: str) -> str:
     spec = dict(MODELS[name], tied=TOY_TIED, terms=(TOY_SHORT_TERMS, TOY_LONG_TERMS, TOY_LONG_FRACTION, TOY_MAX_OPERAND), sft=(TOY_SFT_STEPS, TOY_SFT_BATCH,
-                TOY_SFT_LR, TOY_SFT_SLIP_RATE), template=CHAT_TEMPLATE, phrase=INTERRUPT_PHRASE, version=1)
+                TOY_SFT_LR, TOY_SFT_SLIP_RATE, TOY_SFT_CHECK_RATE), template=CHAT_TEMPLATE, phrase=INTERRUPT_PHRASE, version=1)
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:10]
 
 
@@ -163,7 +169,7 @@ def build_toy_model(out_dir: str, name: str = "toy", log=print) -> str:
     for step in range(TOY_SFT_STEPS):
         seqs, masks = [], []
         for _ in range(TOY_SFT_BATCH):
-            p = toy_problem(rng, TOY_SFT_SLIP_RATE)
+            p = toy_problem(rng, TOY_SFT_SLIP_RATE, TOY_SFT_CHECK_RATE)
             prompt = format_prompt(tokenizer, p["prompt"])
             target = tokenizer(p["solution"], add_special_tokens=False)["input_ids"] + [eos]
             seqs.append(prompt + target)

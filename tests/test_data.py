@@ -20,14 +20,38 @@ def test_toy_splits_are_fixed_and_disjoint():
 
 def test_toy_solution_is_graded_correct_and_slips_are_wrong():
     rng = random.Random(0)
-    for _ in range(200):
-        p = toy.toy_problem(rng)
-        assert toy.toy_reward(p["solution"], p["answer"]) == 1.0
+    for check_rate in (0.0, 1.0):  # concise and checked traces alike
+        for _ in range(200):
+            p = toy.toy_problem(rng, check_rate=check_rate)
+            assert toy.toy_reward(p["solution"], p["answer"]) == 1.0
     slipped = [toy.toy_problem(random.Random(i), slip_rate=1.0) for i in range(200)]
-    one_step = [p for p in slipped if p["prompt"].count("+") == 1]
-    assert one_step and all(toy.toy_reward(p["solution"], p["answer"]) == -1.0 for p in one_step)
     # every running sum slips; slips can cancel over several steps, but rarely
     assert sum(toy.toy_reward(p["solution"], p["answer"]) == -1.0 for p in slipped) > 0.7 * len(slipped)
+
+
+def test_the_budget_sets_the_ceiling(tokenizer):
+    """What sets A (toy.py): at the toy's thinking budget (drawn from 32-40 per request) every concise short
+    solution fits and no long one; a checked short one does not fit 32 (and a 5-term one never fits); twice the
+    budget fits every concise long solution and no checked long one."""
+    import config
+    budget, budget_2x = config.TOY["think_min_tokens"], 2 * config.TOY["think_min_tokens"]
+    most, most_2x = config.TOY["think_max_tokens"], 2 * config.TOY["think_max_tokens"]
+
+    def thinking_tokens(p):  # the scratchpad up to and including </think>
+        return len(tokenizer(p["solution"].split(data.THINK_END)[0] + data.THINK_END, add_special_tokens=False)["input_ids"])
+    rng = random.Random(0)
+    for _ in range(300):
+        concise, checked = toy.toy_problem(rng), toy.toy_problem(random.Random(rng.random()), check_rate=1.0)
+        long = concise["prompt"].count("+") + 1 >= toy.TOY_LONG_TERMS[0]
+        if long:
+            assert most < thinking_tokens(concise) <= budget_2x
+        else:
+            assert thinking_tokens(concise) <= budget
+        terms = checked["prompt"].count("+") + 1
+        if terms >= toy.TOY_LONG_TERMS[0]:
+            assert thinking_tokens(checked) > most_2x
+        else:
+            assert thinking_tokens(checked) > (most if terms == toy.TOY_SHORT_TERMS[1] else budget)
 
 
 def test_grader_reads_only_the_final_answer_after_thinking():
