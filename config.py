@@ -127,7 +127,7 @@ class Config:
 # prompts x 3 samples every 40 steps (a standard error under 0.01 per point), and bf16 set explicitly (auto
 # would pick fp32 on a CPU) so that the body runs in bf16 and the FP32 LM head means what it does in the paper.
 TOY = dict(
-    batch=128, group=8, max_steps=1000, lr=3e-5, warmup_steps=20, grad_clip=1.0, dtype="bfloat16",
+    batch=128, group=8, max_steps=2000, lr=3e-5, warmup_steps=20, grad_clip=1.0, dtype="bfloat16",
     prompt_max_tokens=48, think_min_tokens=32, think_max_tokens=40, answer_max_tokens=7,
     eval_every=40, eval_prompts=1000, eval_samples=3, save_every=50, micro_batch_tokens=2048,
 )

@@ -73,10 +73,14 @@ def records(name: str) -> list[dict]:
     return [json.loads(line) for line in open(path) if line.strip().startswith("{") and line.strip().endswith("}")]
 
 
+def target_steps(name: str) -> int:
+    """The step a run ends at with today's flags and toy preset (raise it, and finished runs resume to it)."""
+    import config
+    return config.parse_args(flags_of(name)).max_steps
+
+
 def finished(name: str) -> bool:
-    recs = records(name)
-    config = next((r for r in recs if r["kind"] == "config"), {})
-    return any(r["kind"] == "eval" and r["step"] == config.get("max_steps") for r in recs)
+    return any(r["kind"] == "eval" and r["step"] == target_steps(name) for r in records(name))
 
 
 def run(name: str, core: int | None = None) -> bool:
@@ -115,8 +119,7 @@ def progress(names: list[str], stop: threading.Event, every_s: float = 60.0):
                 continue
             train = [r for r in recs if r["kind"] == "train"]
             evals = [r for r in recs if r["kind"] == "eval"]
-            config = next((r for r in recs if r["kind"] == "config"), {})
-            parts.append(f"{name} step {train[-1]['step'] if train else 0}/{config.get('max_steps', '?')}"
+            parts.append(f"{name} step {train[-1]['step'] if train else 0}/{target_steps(name)}"
                          + (f" pass {evals[-1]['pass_rate']:.3f}" if evals else ""))
         done = sum(finished(n) for n in names)
         print(f"study: {time.time() - t0:.0f}s, {done}/{len(names)} done; " + "; ".join(parts), flush=True)

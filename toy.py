@@ -34,9 +34,10 @@ from data import EOS, INTERRUPT_PHRASE, MATH_INSTRUCTION, THINK_END, THINK_START
 TOY_SHORT_TERMS, TOY_LONG_TERMS = (4, 5), (8, 9)
 TOY_LONG_FRACTION = 1 / 3
 TOY_MAX_OPERAND = 9
-# prompts; validation is held out and never trained on. 20,000 keeps a default run (1,000 steps x 16 prompts) in
-# its first epoch: past it, No-Positive-Resampling has retired the solved short prompts and leaves batches of
-# long problems the budget cannot fit (measured on the previous toy: collapse past ~3 epochs, docs/measurements.md)
+# prompts; validation is held out and never trained on. A default run (2,000 steps x 16 prompts) covers 1.6 epochs
+# of 20,000. Past the first, No-Positive-Resampling has retired the solved short prompts and batches fill with
+# long problems the budget cannot fit; the previous toy held its plateau to ~2.4 epochs and collapsed past ~3
+# (docs/measurements.md)
 TOY_NUM_TRAIN, TOY_NUM_VAL = 20000, 1000
 TOY_SFT_STEPS, TOY_SFT_BATCH, TOY_SFT_LR = 450, 64, 2e-3  # supervised warm start
 # What makes the rise. The warm start imitates a careful teacher: 95% of its traces check every step by the

@@ -401,7 +401,8 @@ def save_checkpoint():
 
 log = Log()
 if cfg.resume:
-    log({"kind": "resume", "step": state["step"], "time": time.time()})
+    # max_steps may be raised on resume (a run continued past its first end); readers take the latest
+    log({"kind": "resume", "step": state["step"], "time": time.time(), "max_steps": cfg.max_steps})
 else:
     log({"kind": "config", **config.to_dict(cfg), "run_name": run_name, "world_size": world, "device": device.type,
          "model_path": model_path})

@@ -45,3 +45,9 @@ def test_unknown_run_is_one_line_and_exit_2():
                           timeout=60)
     assert proc.returncode == 2
     assert proc.stderr.startswith("error: unknown runs ['nosuch']") and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_run_is_finished_at_the_presets_max_steps():
+    """Raising the toy's max_steps makes a finished run unfinished again, so study.py resumes it to the new end."""
+    assert study.target_steps("default-s0") == config.TOY["max_steps"]
+    assert study.target_steps("batch64-s0") == config.TOY["max_steps"]
