@@ -15,7 +15,10 @@ import torch
 
 from conftest import OUT, ROOT, run_train, train_cmd
 
-SYNC = ["--mode", "sync", "--batch", "32", "--group", "8", "--eval_every", "-1"]
+# twice the toy's thinking budget: the warm start's checked solutions fit, so a 4-prompt batch has groups with
+# variance and a real gradient (at the toy's own budget it passes ~5% and a batch this small often has none)
+SYNC = ["--mode", "sync", "--batch", "32", "--group", "8", "--eval_every", "-1", "--think_min_tokens", "64",
+        "--think_max_tokens", "80"]
 
 
 def log_records(log_dir, name, kind="train"):
