@@ -43,9 +43,9 @@ TOY_SFT_STEPS, TOY_SFT_BATCH, TOY_SFT_LR = 450, 64, 2e-3  # supervised warm star
 # What makes the rise. The warm start imitates a careful teacher: 95% of its traces check every step by the
 # inverse subtraction ("12+9=21 21-9=12 ", 12-16 tokens a step), 5% are concise. Checked, a short problem needs
 # 37-63 thinking tokens and is interrupted (a 4-term one fits 13% of the time, at the top of the budget's range);
-# concise, it fits. So the warm start passes ~5% (the paper starts RL
-# from an SFT model), and RL under forced interruptions has to learn to think concisely (paper §3.2(f)), then to
-# do it without the slips of a style it saw little of (copying the wrong next term). That takes the whole run:
+# concise, it fits. So the warm start passes ~5% (the paper starts RL from an SFT model), and RL under forced
+# interruptions has to learn to think concisely (paper §3.2(f)), then to do it without the slips of a style it
+# saw little of (copying the wrong next term). That takes the whole run:
 # a rise from ~0.05 to the ceiling, where the previous toy (sloppy concise traces at 0.42) rose most of its way
 # in 40 steps and then crept, which left A unmeasurable (docs/measurements.md). TOY_SFT_SLIP_RATE (each running
 # sum off by 1-3) is a knob for sloppier teachers; the default teacher does not slip.

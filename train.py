@@ -401,7 +401,7 @@ def save_checkpoint():
 
 log = Log()
 if cfg.resume:
-    # max_steps may be raised on resume (a run continued past its first end); readers take the latest
+    # max_steps may be raised on resume (a run continued past its first end): the log says where it now ends
     log({"kind": "resume", "step": state["step"], "time": time.time(), "max_steps": cfg.max_steps})
 else:
     log({"kind": "config", **config.to_dict(cfg), "run_name": run_name, "world_size": world, "device": device.type,

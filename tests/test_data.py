@@ -39,19 +39,19 @@ def test_the_budget_sets_the_ceiling(tokenizer):
 
     def thinking_tokens(p):  # the scratchpad up to and including </think>
         return len(tokenizer(p["solution"].split(data.THINK_END)[0] + data.THINK_END, add_special_tokens=False)["input_ids"])
+    def terms(p):
+        return p["prompt"].count("+") + 1
     rng = random.Random(0)
     for _ in range(300):
         concise, checked = toy.toy_problem(rng), toy.toy_problem(random.Random(rng.random()), check_rate=1.0)
-        long = concise["prompt"].count("+") + 1 >= toy.TOY_LONG_TERMS[0]
-        if long:
+        if terms(concise) >= toy.TOY_LONG_TERMS[0]:
             assert most < thinking_tokens(concise) <= budget_2x
         else:
             assert thinking_tokens(concise) <= budget
-        terms = checked["prompt"].count("+") + 1
-        if terms >= toy.TOY_LONG_TERMS[0]:
+        if terms(checked) >= toy.TOY_LONG_TERMS[0]:
             assert thinking_tokens(checked) > most_2x
         else:
-            assert thinking_tokens(checked) > (most if terms == toy.TOY_SHORT_TERMS[1] else budget)
+            assert thinking_tokens(checked) > (most if terms(checked) == toy.TOY_SHORT_TERMS[1] else budget)
 
 
 def test_grader_reads_only_the_final_answer_after_thinking():
