@@ -70,8 +70,7 @@ def _write_log(path, name, steps, a=0.65, b=2.0, c_mid=0.2):
 
 
 def test_axes_are_judged_against_the_seeds_on_the_same_steps(tmp_path, monkeypatch):
-    """The seeds run twice the axes' steps; the axes' table fits the seeds on the axes' steps only, and a bf16 row
-    would be judged only against bf16 references (none here: the default is fp32 on a CPU)."""
+    """The seeds run twice the axes' steps; the axes' table fits the seeds on the axes' steps only."""
     monkeypatch.setattr(study, "LOG_DIR", str(tmp_path))
     monkeypatch.setattr(study, "DOCS_DIR", str(tmp_path))
     steps = config.TOY["max_steps"]

@@ -162,3 +162,16 @@ def test_flag_spellings_and_derived_defaults(flags, expect):
     assert proc.returncode == 0, proc.stdout
     cfg = json.loads(proc.stdout)
     assert {k: cfg[k] for k in expect} == expect
+
+
+@pytest.mark.parametrize("flags,emulated", [
+    ("fpu sse2 avx2 fma", True),  # AVX2 only: bf16 matmuls are emulated
+    ("fpu avx2 avx512f avx512_bf16", False),
+    ("fpu avx2 amx_tile amx_bf16", False),
+])
+def test_bf16_emulation_is_read_off_the_cpu_flags(tmp_path, flags, emulated):
+    import config
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(f"processor\t: 0\nmodel name\t: x\nflags\t\t: {flags}\n")
+    assert config.bf16_is_emulated(str(cpuinfo)) is emulated
+    assert config.bf16_is_emulated(str(tmp_path / "missing")) is False  # unreadable: no claim
