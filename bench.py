@@ -13,7 +13,10 @@
 2. Then, in this process, the limits on the same prompts and group size: vLLM alone generating a batch, and
    the trainer alone doing forward/backward/AdamW on those completions (zero-variance groups dropped, as the
    loop does); overhead = 1 - (generate_alone + train_alone) / step. With --scale_lengths, the same two
-   limits with completions forced to each length.
+   limits with completions forced to each length. The limits replay the loop's own timed steps (the same
+   prompts and sampling seeds, drawn from a fresh sampler), so both sides do the same work: batch against batch
+   the toy's lengths alone move a step by +-16%. With --rounds N, N loop runs, each paired with its own replay,
+   give N overheads and the 95% interval of their mean.
 On CPU it also reports torch's thread count beside vLLM's engine and the trainer's time on 1 thread.
 
     python bench.py --trainer_only --shapes 0.5b,1.5b --micro_batch_tokens_list 8192,16384,32768   # a GPU, no vLLM
@@ -45,7 +48,8 @@ def loop(flags: list[str], steps: int, skip: int) -> dict:
             sys.exit(f"train.py failed:\n{proc.stdout[-3000:]}")
         records = [json.loads(line) for line in open(os.path.join(logs, "bench.jsonl"))]
     config = records[0]
-    train = [r for r in records if r["kind"] == "train"][skip:]
+    every = [r for r in records if r["kind"] == "train"]
+    train = every[skip:]
     med = {k: statistics.median(r[k] for r in train) for k in (*PHASES, "t_step", "padding_frac", "padding_frac_unsorted",
                                                                  "completion_tokens_mean", "peak_mem_gib")}
     med["t_other"] = statistics.median(r["t_step"] - sum(r[k] for k in PHASES) for r in train)
@@ -54,13 +58,17 @@ def loop(flags: list[str], steps: int, skip: int) -> dict:
     trained = [b["tokens"] - a["tokens"] for a, b in zip(train, train[1:])]
     med["train_tokens_per_s"] = statistics.median(n / r["t_train"] for n, r in zip(trained, train[1:])) if trained else 0
     med["samples_per_s"] = samples / med["t_step"]
+    med["step_s"] = [r["t_step"] for r in train]  # each timed step, for the limits' replay of it
     med["config"] = config
     return med
 
 
-def limits(flags: list[str], repeats: int, lengths: list[int]) -> dict:
+def limits(flags: list[str], repeats: int, lengths: list[int], rounds: int = 1, skip: int = 0) -> dict:
     """vLLM alone and the trainer alone, in this process, on batches of the run's own prompts. The trainer
-    alone runs the functions train.py runs (policy.effective_batch, micro_batches, backward, optimizer_step)."""
+    alone runs the functions train.py runs (policy.effective_batch, micro_batches, backward, optimizer_step).
+    The run's own lengths are measured `rounds` times, each a replay of the loop's steps skip+1..skip+repeats
+    (a fresh sampler: the same prompts and serials, so the same sampling seeds): out["rounds"] holds each
+    round's seconds per replayed step, generate + train, to pair with one loop run each."""
     import dataclasses
 
     import torch
@@ -87,6 +95,10 @@ def limits(flags: list[str], repeats: int, lengths: list[int]) -> dict:
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, eps=cfg.adam_eps, weight_decay=cfg.weight_decay)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     sampler = PromptSampler(train_rows, cfg.seed, npr=False, npr_threshold=1.0)
+
+    def replay_from_start():  # the loop's draws: step 1's prompts first (NPR retires nothing in the first epoch)
+        nonlocal sampler
+        sampler = PromptSampler(train_rows, cfg.seed, npr=False, npr_threshold=1.0)
 
     def generate(length: int | None):
         """One batch of the run's prompts, graded; with a length, every completion is forced to exactly that
@@ -115,12 +127,21 @@ def limits(flags: list[str], repeats: int, lengths: list[int]) -> dict:
         return time.time() - t0
 
     out = {"torch_threads": threads}
+    _, groups = generate(None)  # warm-up, not timed: the engine's first batch compiles its kernels (seconds)
+    train(groups, cfg.zero_var_filter)
+    out["rounds"] = []
     for length in [None] + lengths:
         gen_t, train_t = [], []
-        for _ in range(repeats):
-            t, groups = generate(length)
-            gen_t.append(t)
-            train_t.append(train(groups, cfg.zero_var_filter and length is None))
+        for _ in range(rounds if length is None else 1):
+            if length is None:
+                replay_from_start()
+                sampler.draw(cfg.prompts_per_step * skip)  # the loop's untimed first steps
+            for _ in range(repeats):
+                t, groups = generate(length)
+                gen_t.append(t)
+                train_t.append(train(groups, cfg.zero_var_filter and length is None))
+            if length is None:
+                out["rounds"].append([g + t for g, t in zip(gen_t[-repeats:], train_t[-repeats:])])
         tokens = statistics.mean(len(s.token_ids) for g in groups for s in g.samples)
         out[length or "run"] = {"generate": statistics.median(gen_t), "train": statistics.median(train_t), "tokens": tokens}
     if device.type == "cpu":  # the trainer on one thread, as vLLM's CPU backend can leave it
@@ -235,7 +256,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog="Other flags go to train.py unchanged.")
     ap.add_argument("--steps", type=int, default=12, help="optimizer steps of the real loop (default 12)")
     ap.add_argument("--skip", type=int, default=2, help="first steps left out of the medians (start-up; default 2)")
-    ap.add_argument("--repeats", type=int, default=3, help="batches for each limit measurement (default 3)")
+    ap.add_argument("--repeats", type=int, default=0, help="batches for each limit measurement: the loop's timed "
+                    "steps replayed (default 0: all of them, --steps - --skip)")
+    ap.add_argument("--rounds", type=int, default=1, help="loop runs, each paired with its own limit measurement, "
+                    "for the overhead's spread (default 1)")
     ap.add_argument("--scale_lengths", default="", help="comma-separated completion lengths in tokens for the limits")
     ap.add_argument("--trainer_only", action="store_true", help="only the trainer, no vLLM (see 3. above)")
     ap.add_argument("--shapes", default="0.5b,1.5b", help=f"--trainer_only model shapes: {', '.join(SHAPES)}")
@@ -254,9 +278,14 @@ def main():
         return
     if not any(f.startswith("--mode") for f in flags):
         flags = ["--mode", "sync", *flags]
+    if args.rounds < 1 or not 0 <= args.skip < args.steps or not 0 <= args.repeats <= args.steps - args.skip:
+        sys.exit("error: need --rounds >= 1, 0 <= --skip < --steps and 0 <= --repeats <= --steps - --skip")
+    repeats = args.repeats or args.steps - args.skip
     lengths = [int(x) for x in args.scale_lengths.split(",") if x]
-    run = loop(flags, args.steps, args.skip)
-    lim = limits(flags, args.repeats, lengths)
+    runs = [loop(flags, args.steps, args.skip) for _ in range(args.rounds)]
+    run = {k: statistics.median(r[k] for r in runs) for k in runs[0] if k not in ("config", "step_s")}  # the table's
+    run["config"] = runs[0]["config"]
+    lim = limits(flags, repeats, lengths, args.rounds, args.skip)
     cfg = run["config"]
     print(f"bench: {' '.join(flags)} | {cfg['batch']} = {cfg['batch'] // cfg['group']} x {cfg['group']} completions per step, "
           f"{cfg['device']}, medians over steps {args.skip + 1}-{args.steps}")
@@ -274,6 +303,14 @@ def main():
     overhead = 1 - (alone["generate"] + alone["train"]) / run["t_step"]
     print(f"limits: vLLM alone {alone['generate']:.3f} s/batch, trainer alone {alone['train']:.3f} s/batch -> "
           f"overhead = 1 - ({alone['generate']:.3f} + {alone['train']:.3f}) / {run['t_step']:.3f} = {overhead:.1%}")
+    # each loop run against its own replay, step by step: overhead = 1 - sum(generate + train alone) / sum(step)
+    each = [1 - sum(alone) / sum(r["step_s"][:len(alone)]) for r, alone in zip(runs, lim["rounds"])]
+    spread = ""
+    if len(each) > 1:  # Student-t 95% interval of the mean over rounds
+        from scipy.stats import t as student_t
+        spread = f" ± {student_t.ppf(0.975, len(each) - 1) * statistics.stdev(each) / len(each) ** 0.5:.1%}"
+    print(f"overhead on the same steps: {statistics.mean(each):.1%}{spread} over {len(each)} round(s) (each: "
+          f"{', '.join(f'{x:.1%}' for x in each)})")
     if "train_1_thread" in lim:
         print(f"threads: torch has {lim['torch_threads']} beside vLLM's engine; the trainer alone on 1 thread takes "
               f"{lim['train_1_thread']:.3f} s/batch ({lim['train_1_thread'] / alone['train']:.2f}x)")
