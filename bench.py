@@ -14,9 +14,9 @@
    the trainer alone doing forward/backward/AdamW on those completions (zero-variance groups dropped, as the
    loop does); overhead = 1 - (generate_alone + train_alone) / step. With --scale_lengths, the same two
    limits with completions forced to each length. The limits replay the loop's own timed steps (the same
-   prompts and sampling seeds, drawn from a fresh sampler), so both sides do the same work: batch against batch
-   the toy's lengths alone move a step by +-16%. With --rounds N, N loop runs, each paired with its own replay,
-   give N overheads and the 95% interval of their mean.
+   prompts and sampling seeds, drawn from a fresh sampler), so both sides do the same work (on other batches,
+   vLLM alone varied by +-16% over rounds of 3 toy batches). With --rounds N, N loop runs, each paired with its
+   own replay, give N overheads and the 95% interval of their mean. Pin it on a small CPU (README, Speed).
 On CPU it also reports torch's thread count beside vLLM's engine and the trainer's time on 1 thread.
 
     python bench.py --trainer_only --shapes 0.5b,1.5b --micro_batch_tokens_list 8192,16384,32768   # a GPU, no vLLM
@@ -48,8 +48,7 @@ def loop(flags: list[str], steps: int, skip: int) -> dict:
             sys.exit(f"train.py failed:\n{proc.stdout[-3000:]}")
         records = [json.loads(line) for line in open(os.path.join(logs, "bench.jsonl"))]
     config = records[0]
-    every = [r for r in records if r["kind"] == "train"]
-    train = every[skip:]
+    train = [r for r in records if r["kind"] == "train"][skip:]
     med = {k: statistics.median(r[k] for r in train) for k in (*PHASES, "t_step", "padding_frac", "padding_frac_unsorted",
                                                                  "completion_tokens_mean", "peak_mem_gib")}
     med["t_other"] = statistics.median(r["t_step"] - sum(r[k] for k in PHASES) for r in train)
