@@ -107,8 +107,8 @@ def limits(flags: list[str], repeats: int, lengths: list[int], rounds: int = 1, 
         gen.min_tokens = length or 0
         uids = set()
         for idx, serial in sampler.draw(cfg.prompts_per_step):
-            gen.submit(f"bench{serial}", idx, train_rows[idx]["prompt_ids"], train_rows[idx]["answer"], cfg.group, serial)
-            uids.add(f"bench{serial}")
+            gen.submit(str(serial), idx, train_rows[idx]["prompt_ids"], train_rows[idx]["answer"], cfg.group, serial)
+            uids.add(str(serial))
         t0 = time.time()
         groups = gen.run_until_done(uids, "bench")
         return time.time() - t0, grade_groups(groups, grade, cfg)
