@@ -93,11 +93,9 @@ def limits(flags: list[str], repeats: int, lengths: list[int], rounds: int = 1, 
     model = policy.build(path, device, getattr(torch, cfg.dtype), cfg.fp32_head)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, eps=cfg.adam_eps, weight_decay=cfg.weight_decay)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    sampler = PromptSampler(train_rows, cfg.seed, npr=False, npr_threshold=1.0)
-
-    def replay_from_start():  # the loop's draws: step 1's prompts first (NPR retires nothing in the first epoch)
-        nonlocal sampler
-        sampler = PromptSampler(train_rows, cfg.seed, npr=False, npr_threshold=1.0)
+    def fresh_sampler():  # the loop's draws: step 1's prompts first (NPR retires nothing in the first epoch)
+        return PromptSampler(train_rows, cfg.seed, npr=False, npr_threshold=1.0)
+    sampler = fresh_sampler()
 
     def generate(length: int | None):
         """One batch of the run's prompts, graded; with a length, every completion is forced to exactly that
@@ -133,7 +131,7 @@ def limits(flags: list[str], repeats: int, lengths: list[int], rounds: int = 1, 
         gen_t, train_t = [], []
         for _ in range(rounds if length is None else 1):
             if length is None:
-                replay_from_start()
+                sampler = fresh_sampler()
                 sampler.draw(cfg.prompts_per_step * skip)  # the loop's untimed first steps
             for _ in range(repeats):
                 t, groups = generate(length)
