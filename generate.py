@@ -108,14 +108,20 @@ def seed_of(*key) -> int:
 class Generator:
     """The in-process vLLM engine, driven request by request through llm_engine.add_request / step."""
 
-    def __init__(self, cfg, model_path: str, tokenizer, device: str, prefix_caching: bool, gpu_memory: float = 0.0):
-        """cfg: sampling (seed, temperature, budgets, interruptions) and engine settings (dtype, fp32_head,
-        memory; gpu_memory: vLLM's share of a GPU where --vllm_memory is 0). prefix_caching: share a group's prompt prefill. A cached block computed by old weights must
-        never be reused after an update (a common stale-cache bug in RL loops), so the cache is reset after
-        every update; a caller that updates weights while requests run (PipelineRL) must pass False, because
-        vLLM cannot reset the cache while requests hold blocks."""
+    def __init__(self, cfg, model_path: str, tokenizer, device: str, updates_in_flight: bool, gpu_memory: float = 0.0):
+        """cfg: sampling (seed, temperature, budgets, interruptions) and engine settings (dtype, fp32_head, memory;
+        gpu_memory: vLLM's share of a GPU where --vllm_memory is 0). updates_in_flight: weights change while
+        requests run (PipelineRL), which decides two things.
+          * Watching requests run: the lag bound needs each running group's first-token version, so its requests
+            report every step (vLLM's cumulative outputs). Without updates in flight (sync, PPO-off-policy, and
+            evaluation always) the engine gets the whole batch and reports each completion once, when it
+            finishes (FINAL_ONLY, as vLLM's own LLM.generate): no per-step Python over the running batch.
+          * The prefix cache: it shares a group's prompt prefill, but a block computed by old weights must never
+            be reused after an update (a common stale-cache bug in RL loops), so the cache is reset after every
+            update, and vLLM cannot reset it while requests hold blocks: with updates in flight it is off."""
         from vllm import LLM, SamplingParams
-        self.SamplingParams = SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+        self.SamplingParams, self.OutputKind = SamplingParams, RequestOutputKind
         self.cfg = cfg
         self.tokenizer = tokenizer
         self.phrase_ids = tokenizer(INTERRUPT_PHRASE, add_special_tokens=False)["input_ids"]
@@ -123,11 +129,12 @@ class Generator:
         # else the stop string (vLLM matches it in the detokenized text, so those requests detokenize)
         self.think_end_id = think_end_id(tokenizer)
         on_cpu = device == "cpu"
-        self.prefix_caching = prefix_caching
+        self.updates_in_flight = updates_in_flight
+        self.prefix_caching = not updates_in_flight
         self.llm = LLM(
             model=model_path, tokenizer=model_path, seed=cfg.seed, dtype=cfg.dtype,
             max_model_len=cfg.vllm_max_len(len(self.phrase_ids)),
-            enable_prefix_caching=prefix_caching,
+            enable_prefix_caching=self.prefix_caching,
             max_num_seqs=max(256, 2 * cfg.batch),
             # on CPU the KV cache is a fixed size in host RAM; on GPU a fraction of the device's memory
             gpu_memory_utilization=cfg.vllm_memory or gpu_memory or 0.5,  # GPU: --vllm_memory, else train.py's split
@@ -166,7 +173,10 @@ class Generator:
     def _add(self, group: Group, i: int, phase: int):
         cfg, s = self.cfg, group.samples[i]
         seed = seed_of(self.cfg.seed, group.uid, i, phase)
-        common = dict(temperature=cfg.temperature, logprobs=0, flat_logprobs=True, detokenize=False, seed=seed)
+        watch = self.updates_in_flight and group.serial >= 0  # a training group whose lag the schedule tracks
+        kind = self.OutputKind.CUMULATIVE if watch else self.OutputKind.FINAL_ONLY
+        common = dict(temperature=cfg.temperature, logprobs=0, flat_logprobs=True, detokenize=False, output_kind=kind,
+                      seed=seed if cfg.exact_sampling else None)  # None: the engine's one generator
         if not cfg.interruptions:  # one request with the whole budget (L_max of Eq. 9)
             max_tokens, stop = cfg.think_max_tokens + cfg.answer_max_tokens, None
         elif phase == 0:  # think until </think>, EOS, or this completion's budget
@@ -185,8 +195,9 @@ class Generator:
 
     def step(self) -> int:
         """One engine step; finished completions move to the answer phase or into their group. Returns the
-        number of groups that completed. Running requests report their tokens so far (vLLM labels versions
-        only when a request finishes): the first time one has a token, this version sampled it."""
+        number of groups that completed. Watched requests report their tokens so far (vLLM labels versions
+        only when a request finishes): the first time one has a token, this version sampled it. The others
+        report once, finished; no update ran while they did, so this version sampled all their tokens."""
         done = 0
         for out in self.engine.step():
             group, i, phase = self._live[out.request_id]
@@ -294,7 +305,7 @@ if __name__ == "__main__":
     cfg = parse_args(["--mode", "sync"])
     path = toy.build_toy_model(cfg.out_dir)
     tok = AutoTokenizer.from_pretrained(path)
-    gen = Generator(cfg, path, tok, "cpu", prefix_caching=True)
+    gen = Generator(cfg, path, tok, "cpu", updates_in_flight=False)
     for j, row in enumerate(toy.toy_rows("val")[:4]):
         gen.submit(str(j), j, data.format_prompt(tok, row["prompt"]), row["answer"], 2)
     for g in gen.run_until_done({g.uid for g in gen.inflight()}):

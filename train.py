@@ -190,7 +190,7 @@ if device.type == "cuda" and not cfg.vllm_memory:
 engine_error = None
 try:
     gen = Generator(cfg, resume_from or model_path, tokenizer, device.type,
-                    prefix_caching=not SCHEDULES[cfg.mode].updates_in_flight, gpu_memory=gpu_share)
+                    updates_in_flight=SCHEDULES[cfg.mode].updates_in_flight, gpu_memory=gpu_share)
 except Exception as e:  # too little memory for the KV cache, an unsupported model...: one line, status 4
     engine_error = f"the vLLM engine failed to start on rank {rank}: {data.one_line(e, 300)}"
 engine_errors = [None] * world

@@ -47,7 +47,7 @@ def make_generator(toy_path, tokenizer):
         if key not in _engines:
             cfg = config.parse_args(list(flags))
             _engines[key] = generate.Generator(cfg, path or toy_path, tokenizer, "cpu",
-                                               prefix_caching=not rollouts.SCHEDULES[cfg.mode].updates_in_flight)
+                                               updates_in_flight=rollouts.SCHEDULES[cfg.mode].updates_in_flight)
         return _engines[key]
     yield make
     _engines.clear()

@@ -129,6 +129,38 @@ def test_seeded_sampling_is_reproducible(make_generator, toy_rows):
     assert a != c
 
 
+def test_whole_batch_and_watched_requests_sample_alike(make_generator, toy_rows):
+    """Sync hands the engine the whole batch and reads each completion once, finished; PipelineRL watches its
+    training requests every step (for the lag bound). With one seeded generator per completion both sample the
+    same tokens, and every sampled token carries the version that sampled it."""
+    sync = make_generator("--mode", "sync")
+    watched = make_generator("--mode", "pipeline", "--k", "2", "--pipeline_depth", "2", "--batch", "32", "--group", "4")
+    rows = [r for r in toy_rows[1] if r["prompt"].count("+") >= 3][:6]
+
+    def run(gen):
+        uids = {f"alike-{j}" for j in range(len(rows))}
+        for j, r in enumerate(rows):
+            gen.submit(f"alike-{j}", j, r["prompt_ids"], r["answer"], 4, serial=j)
+        return sorted(gen.run_until_done(uids), key=lambda g: g.serial)
+    a, b = run(sync), run(watched)
+    for gen, groups in ((sync, a), (watched, b)):
+        for g in groups:
+            for s in g.samples:
+                assert s.started == gen.version and {v for v in s.versions if v >= 0} == {gen.version}
+    assert [s.token_ids for g in a for s in g.samples] == [s.token_ids for g in b for s in g.samples]
+    la, lb = ([x for g in groups for s in g.samples for x in s.logprobs] for groups in (a, b))
+    assert torch.allclose(torch.tensor(la), torch.tensor(lb), atol=1e-3)
+
+
+def test_without_exact_sampling_the_engine_history_decides(make_generator, toy_rows):
+    """--no_exact_sampling draws from the engine's one generator: the same uid twice samples other tokens."""
+    gen = make_generator("--mode", "sync", "--no_exact_sampling")
+    rows = [r for r in toy_rows[1] if r["prompt"].count("+") >= 4][:4]
+    tokens = lambda: [[s.token_ids for s in _sample(gen, r, f"same-uid-{j}", n=8).samples]  # noqa: E731
+                      for j, r in enumerate(rows)]
+    assert tokens() != tokens()
+
+
 @pytest.mark.parametrize("k,depth", [(2, 2), (3, 3)])
 def test_pipeline_lag_is_bounded_and_updates_land_in_flight(make_generator, toy_path, toy_rows, restore, k, depth):
     """Lags stay within k - 1 and reach it when enough batches are in flight (--pipeline_depth >= k)."""

@@ -61,7 +61,7 @@ def test_smollm2_engine_and_trainer_agree_through_updates_and_a_checkpoint(smol_
     tok = AutoTokenizer.from_pretrained(smol_path)
     prompt_ids = data.format_prompt(tok, "What is 12 + 7? Put the answer in \\boxed{}.")
     assert "<|im_start|>assistant" in tok.decode(prompt_ids)  # the model's own chat template
-    gen = generate.Generator(cfg, smol_path, tok, "cpu", prefix_caching=True)
+    gen = generate.Generator(cfg, smol_path, tok, "cpu", updates_in_flight=False)
     model = AutoModelForCausalLM.from_pretrained(smol_path, dtype=torch.float32)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
     fixed, texts = None, []
@@ -91,7 +91,7 @@ def test_smollm2_engine_and_trainer_agree_through_updates_and_a_checkpoint(smol_
     saved = str(tmp_path / "ckpt")
     model.save_pretrained(saved)
     tok.save_pretrained(saved)
-    fresh = generate.Generator(cfg, saved, tok, "cpu", prefix_caching=True)
+    fresh = generate.Generator(cfg, saved, tok, "cpu", updates_in_flight=False)
     try:
         assert (engine_logprobs(fresh, prompt_ids, fixed) - before).abs().max() < 1e-4
     finally:
@@ -120,7 +120,7 @@ def test_forced_interruptions_on_a_model_without_a_think_end_token(smol_path):
     cfg = config.parse_args(["--model", smol_path, *[f for f in FLAGS if f != "--no_interruptions"],
                              "--think_min_tokens", "6", "--think_max_tokens", "10"])
     assert cfg.interruptions
-    gen = generate.Generator(cfg, smol_path, tok, "cpu", prefix_caching=True)
+    gen = generate.Generator(cfg, smol_path, tok, "cpu", updates_in_flight=False)
     try:
         prompt = data.format_prompt(tok, "Think step by step: what is 12 + 7? End your thinking with </think>.")
         gen.submit("think", 0, prompt, "19", 8)
