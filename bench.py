@@ -4,6 +4,7 @@
     python bench.py --mode pipeline                    # any train.py flag passes through (in pipeline mode
                                                        # "generate" is the wait for a batch, not its generation)
     python bench.py --batch 512 --scale_lengths 32,128 # cost against batch size and completion length
+    python bench.py --padding                          # what padding costs against smaller buckets and packing
 
 1. Runs train.py itself (the real loop) for --steps steps without evaluation or checkpoints and prints, per
    phase, the median seconds per step over the steps after --skip: generate, grade, trainer forward/backward,
@@ -12,11 +13,15 @@
    what arrival order would give).
 2. Then, in this process, the limits on the same prompts and group size: vLLM alone generating a batch, and
    the trainer alone doing forward/backward/AdamW on those completions (zero-variance groups dropped, as the
-   loop does); overhead = 1 - (generate_alone + train_alone) / step. With --scale_lengths, the same two
-   limits with completions forced to each length. The limits replay the loop's own timed steps (the same
-   prompts and sampling seeds, drawn from a fresh sampler), so both sides do the same work (on other batches,
-   vLLM alone varied by +-16% over rounds of 3 toy batches). With --rounds N, N loop runs, each paired with its
-   own replay, give N overheads and the 95% interval of their mean. Pin it on a small CPU (README, Speed).
+   loop does); overhead = 1 - (generate_alone + train_alone) / step, and again with the grader alone (its
+   time on the same completions) in the limit: what is left is the loop's own bookkeeping. The limits replay
+   the loop from its start: the same initial weights, prompts, sampling seeds and learning rates, each step's
+   weights pushed to the engine untimed, so both sides sample the same completions (checked: their mean length
+   per step) and do the same work (on other batches, vLLM alone varied by +-16% over rounds of 3 toy batches).
+   With --rounds N, N loop runs, each paired with its own replay, give N overheads and the 95% interval of
+   their mean. Pin it on a small CPU (README, Speed). With --scale_lengths, the same two limits with
+   completions forced to each length; with --padding, what the trainer's padding costs against its
+   alternatives (padding_alternatives).
 On CPU it also reports torch's thread count beside vLLM's engine and the trainer's time on 1 thread.
 
     python bench.py --trainer_only --shapes 0.5b,1.5b --micro_batch_tokens_list 8192,16384,32768   # a GPU, no vLLM
@@ -58,16 +63,21 @@ def loop(flags: list[str], steps: int, skip: int) -> dict:
     med["train_tokens_per_s"] = statistics.median(n / r["t_train"] for n, r in zip(trained, train[1:])) if trained else 0
     med["samples_per_s"] = samples / med["t_step"]
     med["step_s"] = [r["t_step"] for r in train]  # each timed step, for the limits' replay of it
+    med["step_tokens"] = [r["completion_tokens_mean"] for r in train]  # what the replay must sample again
+    # each timed step's phases, to set beside the replay's: generate, grade, train (+ optimizer), weight sync
+    med["step_phases"] = [(r["t_generate"], r["t_grade"], r["t_train"] + r["t_optim"], r["t_sync"]) for r in train]
     med["config"] = config
     return med
 
 
-def limits(flags: list[str], repeats: int, lengths: list[int], rounds: int = 1, skip: int = 0) -> dict:
+def limits(flags: list[str], repeats: int, lengths: list[int], rounds: int = 1, skip: int = 0, padding: bool = False
+           ) -> dict:
     """vLLM alone and the trainer alone, in this process, on batches of the run's own prompts. The trainer
     alone runs the functions train.py runs (policy.effective_batch, micro_batches, backward, optimizer_step).
     The run's own lengths are measured `rounds` times, each a replay of the loop's steps skip+1..skip+repeats
     (a fresh sampler: the same prompts and serials, so the same sampling seeds): out["rounds"] holds each
-    round's seconds per replayed step, generate + train, to pair with one loop run each."""
+    round's seconds per replayed step, generate + train, to pair with one loop run each. With padding, also
+    padding_alternatives on the last round's steps."""
     import dataclasses
 
     import torch
@@ -98,8 +108,8 @@ def limits(flags: list[str], repeats: int, lengths: list[int], rounds: int = 1, 
     sampler = fresh_sampler()
 
     def generate(length: int | None):
-        """One batch of the run's prompts, graded; with a length, every completion is forced to exactly that
-        many tokens (no interruptions)."""
+        """One batch of the run's prompts, graded: (seconds generating, seconds grading, groups). With a length,
+        every completion is forced to exactly that many tokens (no interruptions)."""
         gen.cfg = dataclasses.replace(cfg, interruptions=False, think_max_tokens=length, answer_max_tokens=0) \
             if length else cfg
         gen.min_tokens = length or 0
@@ -109,10 +119,13 @@ def limits(flags: list[str], repeats: int, lengths: list[int], rounds: int = 1, 
             uids.add(str(serial))
         t0 = time.time()
         groups = gen.run_until_done(uids, "bench")
-        return time.time() - t0, grade_groups(groups, grade, cfg)
+        t1 = time.time()
+        grade_groups(groups, grade, cfg)
+        return t1 - t0, time.time() - t1, groups
 
-    def train(groups, zero_var_filter: bool):
-        """The loop's training phase on these groups (world of one: the reductions are the identity).
+    def train(groups, zero_var_filter: bool, step: int | None = None) -> tuple[float, bool]:
+        """The loop's training phase on these groups (world of one: the reductions are the identity), at the
+        loop's learning rate of that step (or the full rate): (seconds, whether the weights changed).
         Forced-length batches keep every group (their rewards say nothing)."""
         run_cfg = dataclasses.replace(cfg, zero_var_filter=zero_var_filter, drop_truncated=cfg.drop_truncated and
                                       zero_var_filter)  # forced lengths end as "truncated": keep them
@@ -120,33 +133,134 @@ def limits(flags: list[str], repeats: int, lengths: list[int], rounds: int = 1, 
         kept, adv, _, totals = policy.effective_batch(groups, run_cfg, lambda values: values)
         micro, _, _ = policy.micro_batches(kept, adv, run_cfg, totals, device)
         sums = policy.backward(model, micro, run_cfg, len(micro), 1, pad_id)
-        policy.optimizer_step(model, optimizer, cfg.lr, cfg.grad_clip, sums["loss"], has_gradient=bool(micro))
-        return time.time() - t0
+        lr = cfg.lr if step is None else policy.learning_rate(cfg, step)
+        _, finite = policy.optimizer_step(model, optimizer, lr, cfg.grad_clip, sums["loss"], has_gradient=bool(micro))
+        return time.time() - t0, finite and bool(micro)
 
     out = {"torch_threads": threads}
-    _, groups = generate(None)  # warm-up, not timed: the engine's first batch compiles its kernels (seconds)
+    start = {name: t.detach().clone() for name, t in model.state_dict().items()}  # the loop's initial weights
+    _, _, groups = generate(None)  # warm-up, not timed: the engine's first batch compiles its kernels (seconds)
     train(groups, cfg.zero_var_filter)
-    out["rounds"] = []
+    out["rounds"], out["rounds_tokens"], replayed = [], [], []
     for length in [None] + lengths:
-        gen_t, train_t = [], []
+        gen_t, grade_t, train_t = [], [], []
         for _ in range(rounds if length is None else 1):
-            if length is None:
+            if length is None:  # replay the loop from its start: same weights, prompts, seeds, learning rates
+                model.load_state_dict(start)
+                optimizer.state.clear()
+                gen.update_weights(policy.full_weights(model))
                 sampler = fresh_sampler()
-                sampler.draw(cfg.prompts_per_step * skip)  # the loop's untimed first steps
-            for _ in range(repeats):
-                t, groups = generate(length)
-                gen_t.append(t)
-                train_t.append(train(groups, cfg.zero_var_filter and length is None))
+            tokens_per_step = []
+            for step in range(skip + repeats if length is None else repeats):
+                t_gen, t_grade, groups = generate(length)
+                t_train, updated = train(groups, cfg.zero_var_filter and length is None, step if length is None else None)
+                if length is None and updated:  # as the loop does, untimed: the weight sync is the loop's overhead
+                    gen.update_weights(policy.full_weights(model))
+                if length is None and step < skip:  # the loop's untimed first steps
+                    continue
+                if length is None and padding:
+                    replayed.append(policy.effective_batch(groups, cfg, lambda values: values)[0])
+                gen_t.append(t_gen)
+                grade_t.append(t_grade)
+                train_t.append(t_train)
+                tokens_per_step.append(statistics.mean(len(s.token_ids) for g in groups for s in g.samples))
             if length is None:
-                out["rounds"].append([g + t for g, t in zip(gen_t[-repeats:], train_t[-repeats:])])
-        tokens = statistics.mean(len(s.token_ids) for g in groups for s in g.samples)
-        out[length or "run"] = {"generate": statistics.median(gen_t), "train": statistics.median(train_t), "tokens": tokens}
+                out["rounds"].append(list(zip(gen_t[-repeats:], grade_t[-repeats:], train_t[-repeats:])))
+                out["rounds_tokens"].append(tokens_per_step)
+        out[length or "run"] = {"generate": statistics.median(gen_t), "grade": statistics.median(grade_t),
+                                "train": statistics.median(train_t), "tokens": statistics.mean(tokens_per_step)}
+    if padding:
+        out["padding"] = padding_alternatives(model, replayed[-repeats:], cfg, pad_id)
     if device.type == "cpu":  # the trainer on one thread, as vLLM's CPU backend can leave it
         torch._C.set_num_threads(1)
-        _, groups = generate(None)
-        out["train_1_thread"] = statistics.median(train(groups, cfg.zero_var_filter) for _ in range(2))
+        _, _, groups = generate(None)
+        out["train_1_thread"] = statistics.median(train(groups, cfg.zero_var_filter)[0] for _ in range(2))
         torch._C.set_num_threads(threads)
     gen.close()
+    return out
+
+
+def padding_alternatives(model, groups_per_step: list[list], cfg, pad_id: int, repeats: int = 3) -> list[dict]:
+    """What padding costs against its alternatives, on the loop's own kept completions: the trainer's forward and
+    backward (policy.completion_logprobs, the loss's input) over each step's rows laid out as
+      * buckets at --micro_batch_tokens (the loop's layout) and at 1/2 and 1/4 of it: less padding, more calls;
+      * packed rows 2x and 3x as wide as the longest row, first-fit decreasing, each sequence's positions
+        restarting at 0 (transformers then masks attention block-diagonally), as peers pack: little padding,
+        but attention over the whole row and the head on prompt positions too.
+    Returns, per layout, its padding fraction, forward calls and median seconds per step (layouts interleaved)."""
+    import torch
+
+    import policy
+    steps = [[(g.prompt_ids, s.token_ids) for g in groups for s in g.samples if any(s.mask)] for groups in groups_per_step]
+    steps = [seqs for seqs in steps if seqs]  # a step whose groups all had equal rewards trains nothing
+    if not steps:
+        return []
+    length = lambda seq: len(seq[0]) + len(seq[1])  # noqa: E731
+
+    def packed_logprobs(rows: list[list]):  # rows of sequences -> log pi of every completion token, flat
+        width = max(sum(map(length, r)) for r in rows)
+        ids = torch.full((len(rows), width), pad_id)
+        pos = torch.zeros((len(rows), width), dtype=torch.long)
+        picks = []  # (row, position predicting the token, token)
+        for i, row in enumerate(rows):
+            at = 0
+            for p, c in row:
+                ids[i, at:at + len(p) + len(c)] = torch.tensor(p + c)
+                pos[i, at:at + len(p) + len(c)] = torch.arange(len(p) + len(c))
+                picks += [(i, at + len(p) - 1 + t, tok) for t, tok in enumerate(c)]
+                at += len(p) + len(c)
+            pos[i, at:] = torch.arange(width - at)  # the tail is a sequence of its own: it attends to no one
+        logits = model(input_ids=ids, position_ids=pos, use_cache=False).logits.float() / cfg.temperature
+        r, t, tok = (torch.tensor(x) for x in zip(*picks))
+        return torch.log_softmax(logits[r, t], dim=-1).gather(-1, tok[:, None])[:, 0]
+
+    def pack(seqs, width):
+        rows = []
+        for seq in sorted(seqs, key=length, reverse=True):
+            row = next((r for r in rows if sum(map(length, r)) + length(seq) <= width), None)
+            rows.append([seq]) if row is None else row.append(seq)
+        return rows
+
+    layouts = {}
+    for div in (1, 2, 4):
+        budget = cfg.micro_batch_tokens // div
+        layouts[f"buckets of {budget} tokens"] = [
+            [[[seq] for seq in b] for b in policy.buckets(seqs, budget, length)[0]] for seqs in steps]
+    for mult in (2, 3):
+        per_step = []
+        for seqs in steps:
+            width = mult * max(map(length, seqs))
+            rows = pack(seqs, width)
+            per_call = max(1, cfg.micro_batch_tokens // width)
+            per_step.append([rows[i:i + per_call] for i in range(0, len(rows), per_call)])
+        layouts[f"packed rows {mult}x the longest"] = per_step
+    with torch.no_grad():  # packed log-probs must be the loop's (same tokens, same model), or the timing means nothing
+        calls = layouts["packed rows 3x the longest"][0]
+        packed = torch.cat([packed_logprobs(call) for call in calls])
+        alone = policy.completion_logprobs(model, [seq for call in calls for row in call for seq in row], cfg.temperature,
+                                           pad_id)[0]
+        if not torch.allclose(packed, alone, atol=2e-2 if cfg.dtype == "bfloat16" else 1e-4):
+            raise RuntimeError(f"packed log-probs differ from the loop's by {(packed - alone).abs().max():.2e} nats")
+    out = []
+    times = {name: [] for name in layouts}
+    for _ in range(repeats):
+        for name, per_step in layouts.items():
+            t0 = time.time()
+            for calls in per_step:
+                for call in calls:
+                    if name.startswith("packed"):
+                        logp = packed_logprobs(call)
+                    else:
+                        logp = policy.completion_logprobs(model, [row[0] for row in call], cfg.temperature, pad_id)[0]
+                    logp.sum().backward()
+            times[name].append((time.time() - t0) / len(per_step))
+    model.zero_grad(set_to_none=True)
+    for name, per_step in layouts.items():
+        real = sum(length(seq) for calls in per_step for call in calls for row in call for seq in row)
+        width = lambda call: max(sum(map(length, row)) for row in call)  # noqa: E731
+        padded = sum(len(call) * width(call) for calls in per_step for call in calls)
+        out.append({"layout": name, "padding": 1 - real / padded, "calls": sum(map(len, per_step)) / len(per_step),
+                    "seconds": statistics.median(times[name])})
     return out
 
 
@@ -258,6 +372,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=1, help="loop runs, each paired with its own limit measurement, "
                     "for the overhead's spread (default 1)")
     ap.add_argument("--scale_lengths", default="", help="comma-separated completion lengths in tokens for the limits")
+    ap.add_argument("--padding", action="store_true", help="also time the trainer's forward/backward on the replayed "
+                    "steps laid out as smaller buckets or packed rows (bench.padding_alternatives)")
     ap.add_argument("--trainer_only", action="store_true", help="only the trainer, no vLLM (see 3. above)")
     ap.add_argument("--shapes", default="0.5b,1.5b", help=f"--trainer_only model shapes: {', '.join(SHAPES)}")
     ap.add_argument("--micro_batch_tokens_list", default="8192,16384,32768", help="--trainer_only budgets")
@@ -280,9 +396,9 @@ def main():
     repeats = args.repeats or args.steps - args.skip
     lengths = [int(x) for x in args.scale_lengths.split(",") if x]
     runs = [loop(flags, args.steps, args.skip) for _ in range(args.rounds)]
-    run = {k: statistics.median(r[k] for r in runs) for k in runs[0] if k not in ("config", "step_s")}  # the table's
+    run = {k: statistics.median(r[k] for r in runs) for k in runs[0] if k not in ("config", "step_s", "step_tokens", "step_phases")}  # the table's
     run["config"] = runs[0]["config"]
-    lim = limits(flags, repeats, lengths, args.rounds, args.skip)
+    lim = limits(flags, repeats, lengths, args.rounds, args.skip, args.padding)
     cfg = run["config"]
     print(f"bench: {' '.join(flags)} | {cfg['batch']} = {cfg['batch'] // cfg['group']} x {cfg['group']} completions per step, "
           f"{cfg['device']}, medians over steps {args.skip + 1}-{args.steps}")
@@ -297,20 +413,36 @@ def main():
           f"{run['padding_frac']:.1%} bucketed ({run['padding_frac_unsorted']:.1%} in arrival order) | "
           f"completion tokens {run['completion_tokens_mean']:.1f}")
     alone = lim["run"]
-    overhead = 1 - (alone["generate"] + alone["train"]) / run["t_step"]
-    print(f"limits: vLLM alone {alone['generate']:.3f} s/batch, trainer alone {alone['train']:.3f} s/batch -> "
-          f"overhead = 1 - ({alone['generate']:.3f} + {alone['train']:.3f}) / {run['t_step']:.3f} = {overhead:.1%}")
-    # each loop run against its own replay, step by step: overhead = 1 - sum(generate + train alone) / sum(step)
-    each = [1 - sum(alone) / sum(r["step_s"][:len(alone)]) for r, alone in zip(runs, lim["rounds"])]
-    spread = ""
-    if len(each) > 1:  # Student-t 95% interval of the mean over rounds
-        from scipy.stats import t as student_t
-        spread = f" ± {student_t.ppf(0.975, len(each) - 1) * statistics.stdev(each) / len(each) ** 0.5:.1%}"
-    print(f"overhead on the same steps: {statistics.mean(each):.1%}{spread} over {len(each)} round(s) (each: "
-          f"{', '.join(f'{x:.1%}' for x in each)})")
+    print(f"alone (medians over the replayed steps): vLLM {alone['generate']:.3f} s/batch, grader "
+          f"{alone['grade']:.3f} s/batch, trainer {alone['train']:.3f} s/batch")
+    # each loop run against its own replay of the same steps: overhead = 1 - sum(what runs alone) / sum(step)
+    def overhead(parts):  # parts: which of (generate, grade, train) count as the limit
+        each = [1 - sum(sum(x[i] for i in parts) for x in alone) / sum(r["step_s"][:len(alone)])
+                for r, alone in zip(runs, lim["rounds"])]
+        spread = ""
+        if len(each) > 1:  # Student-t 95% interval of the mean over rounds
+            from scipy.stats import t as student_t
+            spread = f" ± {student_t.ppf(0.975, len(each) - 1) * statistics.stdev(each) / len(each) ** 0.5:.1%}"
+        return f"{statistics.mean(each):.1%}{spread} (rounds: {', '.join(f'{x:.1%}' for x in each)})"
+    same = [abs(a - b) < 1e-9 for r, replay in zip(runs, lim["rounds_tokens"]) for a, b in zip(r["step_tokens"], replay)]
+    print(f"the replay sampled the loop's completions (the same mean length) on {sum(same)} of {len(same)} steps")
+    print(f"overhead over vLLM + trainer alone: {overhead((0, 2))} over {len(runs)} round(s)")
+    print(f"overhead over vLLM + grader + trainer alone, the loop's own bookkeeping: {overhead((0, 1, 2))}")
+    # where it goes: loop minus replay, phase by phase, summed over the paired steps, as a share of the loop's time
+    pairs = [(phases, step, alone) for r, replay in zip(runs, lim["rounds"])
+             for phases, step, alone in zip(r["step_phases"], r["step_s"], replay)]
+    total = sum(step for _, step, _ in pairs)
+    parts = {"generate": sum(p[0] - a[0] for p, _, a in pairs), "grade": sum(p[1] - a[1] for p, _, a in pairs),
+             "train": sum(p[2] - a[2] for p, _, a in pairs), "weight sync": sum(p[3] for p, _, _ in pairs)}
+    parts["the rest of the step"] = sum(step - sum(p) for p, step, _ in pairs)
+    print("the overhead by phase (loop - replay, share of the loop's time): "
+          + ", ".join(f"{name} {seconds / total:+.1%}" for name, seconds in parts.items()))
     if "train_1_thread" in lim:
         print(f"threads: torch has {lim['torch_threads']} beside vLLM's engine; the trainer alone on 1 thread takes "
               f"{lim['train_1_thread']:.3f} s/batch ({lim['train_1_thread'] / alone['train']:.2f}x)")
+    for r in lim.get("padding", []):
+        print(f"padding: {r['layout']:<32} {r['padding']:6.1%} padded, {r['calls']:4.1f} forward calls, "
+              f"{r['seconds']:.3f} s/step forward + backward")
     for length in lengths:
         r = lim[length]
         print(f"length {length:>5} tokens: vLLM alone {r['generate']:.3f} s/batch, trainer alone {r['train']:.3f} s/batch "

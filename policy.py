@@ -251,6 +251,11 @@ def backward(model, micro: list[MicroBatch], cfg, num_micro: int, world: int, pa
     return sums
 
 
+def learning_rate(cfg, step: int) -> float:
+    """The learning rate of optimizer step `step` (0-based): linear warm-up, then constant (paper A.3)."""
+    return cfg.lr * min(1.0, (step + 1) / max(cfg.warmup_steps, 1))
+
+
 def optimizer_step(model, optimizer, lr: float, grad_clip: float, loss: float, has_gradient: bool = True
                    ) -> tuple[float, bool]:
     """AdamW at this lr, unless the (global) loss or gradient norm is not finite: then the step is skipped and

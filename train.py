@@ -167,10 +167,6 @@ optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, eps=cfg.adam_eps, w
 pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 
 
-def lr_at(step: int) -> float:
-    return cfg.lr * min(1.0, (step + 1) / max(cfg.warmup_steps, 1))  # linear warm-up, then constant (paper A.3)
-
-
 state = {"step": 0, "version": 0, "gpu_hours": 0.0, "samples": 0, "tokens": 0, "bad_steps": 0}  # checkpointed
 if resume_from:
     try:
@@ -445,9 +441,11 @@ while True:
         sums = policy.backward(model, micro, cfg, num_micro, world, pad_id)
         totals["loss"] = all_reduce({"loss": sums["loss"]})["loss"]
 
-    # --- AdamW (A.3); a non-finite loss or gradient skips the step, weights and optimizer state untouched
+    # --- AdamW (A.3) after a linear warm-up; a non-finite loss or gradient skips the step, weights and optimizer
+    # state untouched
+    lr = policy.learning_rate(cfg, step)
     with timer("optim"):
-        grad_norm, finite = policy.optimizer_step(model, optimizer, lr_at(step), cfg.grad_clip, totals["loss"],
+        grad_norm, finite = policy.optimizer_step(model, optimizer, lr, cfg.grad_clip, totals["loss"],
                                                   has_gradient=num_micro > 0)
     updated = finite and num_micro > 0
     state["bad_steps"] = 0 if updated else state["bad_steps"] + (not finite)
@@ -463,7 +461,7 @@ while True:
     state["samples"] += cfg.batch
     state["tokens"] += int(totals["tokens"])
     state["gpu_hours"] = clock.tick()
-    record = step_record(groups, kept, zero_var, trained_version, sums, totals, grad_norm, finite, updated, lr_at(step),
+    record = step_record(groups, kept, zero_var, trained_version, sums, totals, grad_norm, finite, updated, lr,
                          padding, timer)
     log(record)
     release_free_memory(state["step"])

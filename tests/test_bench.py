@@ -18,15 +18,29 @@ def bench(*flags, timeout=900):
 def test_overhead_pairs_each_loop_run_with_its_own_replay(toy_path):
     """Two rounds: two loop runs, each against a replay of its timed steps; one overhead per round and the
     interval of their mean, beside the phase table."""
-    proc = bench("--dtype", "float32", "--rounds", "2", "--steps", "3", "--skip", "1", "--out_dir", OUT)
+    proc = bench("--dtype", "float32", "--rounds", "2", "--steps", "3", "--skip", "1", "--padding", "--out_dir", OUT)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert re.search(r"^step\s+\d+\.\d+$", proc.stdout, re.M), proc.stdout
-    line = re.search(r"^overhead on the same steps: (-?[\d.]+)% ± ([\d.]+)% over 2 round\(s\) \(each: (.*)\)$",
-                     proc.stdout, re.M)
-    assert line, proc.stdout
-    each = [float(x.rstrip("%")) for x in line.group(3).split(", ")]
-    assert len(each) == 2 and abs(sum(each) / 2 - float(line.group(1))) < 0.06
-    assert all(-100 < x < 100 for x in each)  # a replay of the same steps, not a different workload
+    pattern = r"(-?[\d.]+)% ± ([\d.]+)% \(rounds: (.*)\)"
+    with_grader = re.search(r"^overhead over vLLM \+ trainer alone: " + pattern + r" over 2 round\(s\)$", proc.stdout, re.M)
+    bookkeeping = re.search(r"^overhead over vLLM \+ grader \+ trainer alone, the loop's own bookkeeping: " + pattern + "$",
+                            proc.stdout, re.M)
+    assert with_grader and bookkeeping, proc.stdout
+    rounds = []
+    for line in (with_grader, bookkeeping):
+        each = [float(x.rstrip("%")) for x in line.group(3).split(", ")]
+        assert len(each) == 2 and abs(sum(each) / 2 - float(line.group(1))) < 0.06
+        assert all(-100 < x < 100 for x in each)  # a replay of the same steps, not a different workload
+        rounds.append(each)
+    assert all(a >= b for a, b in zip(*rounds))  # the grader alone is part of the second limit, not of the first
+    # padding against its alternatives, on the same steps; the packed rows passed their log-prob check
+    layouts = re.findall(r"^padding: (.+?)\s+(-?[\d.]+)% padded,\s+([\d.]+) forward calls, ([\d.]+) s/step", proc.stdout, re.M)
+    assert [name for name, *_ in layouts] == ["buckets of 2048 tokens", "buckets of 1024 tokens", "buckets of 512 tokens",
+                                              "packed rows 2x the longest", "packed rows 3x the longest"], proc.stdout
+    padded = {name: float(p) for name, p, _, _ in layouts}
+    calls = {name: float(c) for name, _, c, _ in layouts}
+    assert calls["buckets of 512 tokens"] >= calls["buckets of 1024 tokens"] >= calls["buckets of 2048 tokens"] >= 1
+    assert all(0 <= padded[name] < 100 and float(seconds) > 0 for name, _, _, seconds in layouts)
 
 
 def test_bad_rounds_or_steps_are_one_line():
