@@ -58,9 +58,10 @@ def loop(flags: list[str], steps: int, skip: int) -> dict:
                                                                  "completion_tokens_mean", "peak_mem_gib")}
     med["t_other"] = statistics.median(r["t_step"] - sum(r[k] for k in PHASES) for r in train)
     samples = config["batch"]
-    med["gen_tokens_per_s"] = statistics.median(samples * r["completion_tokens_mean"] / r["t_generate"] for r in train)
-    trained = [b["tokens"] - a["tokens"] for a, b in zip(train, train[1:])]
-    med["train_tokens_per_s"] = statistics.median(n / r["t_train"] for n, r in zip(trained, train[1:])) if trained else 0
+    # rates over all the timed steps (a median of per-step rates is ruled by the steps that trained nothing)
+    med["gen_tokens_per_s"] = samples * sum(r["completion_tokens_mean"] for r in train) / sum(r["t_generate"] for r in train)
+    trained = sum(b["tokens"] - a["tokens"] for a, b in zip(train, train[1:]))
+    med["train_tokens_per_s"] = trained / max(sum(r["t_train"] for r in train[1:]), 1e-9)
     med["samples_per_s"] = samples / med["t_step"]
     med["step_s"] = [r["t_step"] for r in train]  # each timed step, for the limits' replay of it
     med["step_tokens"] = [r["completion_tokens_mean"] for r in train]  # what the replay must sample again
@@ -93,7 +94,11 @@ def limits(flags: list[str], repeats: int, lengths: list[int], rounds: int = 1, 
     cfg = config_mod.parse_args(flags)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo", store=dist.HashStore(), rank=0, world_size=1)
-    path = toy.build_toy_model(cfg.out_dir, cfg.model) if cfg.model in toy.MODELS else cfg.model
+    path = cfg.model  # as train.py resolves it: the toy and a GGUF file are built or converted once, cached
+    if cfg.model in toy.MODELS:
+        path = toy.build_toy_model(cfg.out_dir, cfg.model)
+    elif gguf := policy.gguf_file(cfg.model):
+        path = policy.from_gguf(gguf, cfg.out_dir)
     tokenizer = AutoTokenizer.from_pretrained(path)
     train_rows, _, grade = data.load_task(cfg, tokenizer)
     # room in the engine's context for the longest forced completion
@@ -316,10 +321,10 @@ def trainer_only(args, flags: list[str]) -> list[dict]:
 
         def groups():  # prompts x G completions of random tokens, rewards +1/-1 so no group is filtered
             out = []
-            for p in range(args.sequences // args.group):
+            for p in range(args.sequences // args.trainer_group):
                 prompt = [rng.randrange(v) for _ in range(args.prompt_tokens)]
                 samples = []
-                for i in range(args.group):
+                for i in range(args.trainer_group):
                     n = rng.randint(args.completion_tokens // 2, args.completion_tokens)  # lengths vary, as in RL
                     samples.append(Sample(token_ids=[rng.randrange(v) for _ in range(n)], logprobs=[-1.0] * n,
                                           versions=[0] * n, mask=[1] * n, reward=1.0 if i % 2 else -1.0))
@@ -343,9 +348,9 @@ def trainer_only(args, flags: list[str]) -> list[dict]:
                 if step:
                     times.append(time.time() - t0)
             completion = sum(len(s.token_ids) for g in batch for s in g.samples)
-            positions = completion + len(batch) * args.group * args.prompt_tokens
+            positions = completion + len(batch) * args.trainer_group * args.prompt_tokens
             seconds = statistics.median(times)
-            flops = model_flops(shape, positions, completion, positions / (len(batch) * args.group))
+            flops = model_flops(shape, positions, completion, positions / (len(batch) * args.trainer_group))
             peak_gib = (torch.cuda.max_memory_allocated() if device.type == "cuda" else 0) / 2**30
             rows.append({"shape": shape_name, "params": params, "micro_batch_tokens": budget, "device": name,
                          "seconds_per_step": seconds, "tokens_per_s": positions / seconds, "peak_mem_gib": peak_gib,
@@ -364,7 +369,8 @@ def trainer_only(args, flags: list[str]) -> list[dict]:
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog="Other flags go to train.py unchanged.")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog="Other flags go to train.py unchanged.",
+                                 allow_abbrev=False)  # a train.py flag must never be taken for an abbreviation of ours
     ap.add_argument("--steps", type=int, default=12, help="optimizer steps of the real loop (default 12)")
     ap.add_argument("--skip", type=int, default=2, help="first steps left out of the medians (start-up; default 2)")
     ap.add_argument("--repeats", type=int, default=0, help="batches for each limit measurement: the loop's timed "
@@ -378,7 +384,8 @@ def main():
     ap.add_argument("--shapes", default="0.5b,1.5b", help=f"--trainer_only model shapes: {', '.join(SHAPES)}")
     ap.add_argument("--micro_batch_tokens_list", default="8192,16384,32768", help="--trainer_only budgets")
     ap.add_argument("--sequences", type=int, default=64, help="--trainer_only completions per step (default 64)")
-    ap.add_argument("--group", type=int, default=16, help="--trainer_only completions per prompt (default 16)")
+    ap.add_argument("--trainer_group", type=int, default=16,
+                    help="--trainer_only completions per prompt (default 16; --group goes to train.py)")
     ap.add_argument("--prompt_tokens", type=int, default=256, help="--trainer_only prompt length (default 256)")
     ap.add_argument("--completion_tokens", type=int, default=2048,
                     help="--trainer_only longest completion; lengths are uniform in [half, this] (default 2048)")

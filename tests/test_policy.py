@@ -71,7 +71,7 @@ def test_trainer_only_bench_runs_without_vllm(tmp_path):
     from conftest import ROOT
     out = tmp_path / "trainer.jsonl"
     code = ("import runpy, sys; sys.argv = ['bench.py', '--trainer_only', '--shapes', 'tiny', '--micro_batch_tokens_list',"
-            f" '256,1024', '--sequences', '8', '--group', '4', '--prompt_tokens', '8', '--completion_tokens', '32', "
+            f" '256,1024', '--sequences', '8', '--trainer_group', '4', '--prompt_tokens', '8', '--completion_tokens', '32', "
             f"'--trainer_steps', '1', '--peak_tflops', '1', '--out', '{out}']; runpy.run_path('bench.py', run_name='__main__');"
             " assert not any(m.startswith('vllm') for m in sys.modules), 'vllm was imported'")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
