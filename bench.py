@@ -87,18 +87,13 @@ def limits(flags: list[str], repeats: int, lengths: list[int], rounds: int = 1, 
     import config as config_mod
     import data
     import policy
-    import toy
     from generate import Generator
     from rollouts import PromptSampler, grade_groups
     from transformers import AutoTokenizer
     cfg = config_mod.parse_args(flags)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo", store=dist.HashStore(), rank=0, world_size=1)
-    path = cfg.model  # as train.py resolves it: the toy and a GGUF file are built or converted once, cached
-    if cfg.model in toy.MODELS:
-        path = toy.build_toy_model(cfg.out_dir, cfg.model)
-    elif gguf := policy.gguf_file(cfg.model):
-        path = policy.from_gguf(gguf, cfg.out_dir)
+    path = policy.resolve_model(cfg.model, cfg.out_dir)
     tokenizer = AutoTokenizer.from_pretrained(path)
     train_rows, _, grade = data.load_task(cfg, tokenizer)
     # room in the engine's context for the longest forced completion
@@ -147,33 +142,38 @@ def limits(flags: list[str], repeats: int, lengths: list[int], rounds: int = 1, 
     _, _, groups = generate(None)  # warm-up, not timed: the engine's first batch compiles its kernels (seconds)
     train(groups, cfg.zero_var_filter)
     out["rounds"], out["rounds_tokens"], replayed = [], [], []
-    for length in [None] + lengths:
-        gen_t, grade_t, train_t = [], [], []
-        for _ in range(rounds if length is None else 1):
-            if length is None:  # replay the loop from its start: same weights, prompts, seeds, learning rates
-                model.load_state_dict(start)
-                optimizer.state.clear()
+    gen_t, grade_t, train_t = [], [], []
+    for _ in range(rounds):  # replay the loop from its start: same weights, prompts, seeds, learning rates
+        model.load_state_dict(start)
+        optimizer.state.clear()
+        gen.update_weights(policy.full_weights(model))
+        sampler = fresh_sampler()
+        tokens_per_step = []
+        for step in range(skip + repeats):
+            t_gen, t_grade, groups = generate(None)
+            t_train, updated = train(groups, cfg.zero_var_filter, step)
+            if updated:  # as the loop does, untimed: the weight sync is the loop's overhead
                 gen.update_weights(policy.full_weights(model))
-                sampler = fresh_sampler()
-            tokens_per_step = []
-            for step in range(skip + repeats if length is None else repeats):
-                t_gen, t_grade, groups = generate(length)
-                t_train, updated = train(groups, cfg.zero_var_filter and length is None, step if length is None else None)
-                if length is None and updated:  # as the loop does, untimed: the weight sync is the loop's overhead
-                    gen.update_weights(policy.full_weights(model))
-                if length is None and step < skip:  # the loop's untimed first steps
-                    continue
-                if length is None and padding:
-                    replayed.append(policy.effective_batch(groups, cfg, lambda values: values)[0])
-                gen_t.append(t_gen)
-                grade_t.append(t_grade)
-                train_t.append(t_train)
-                tokens_per_step.append(statistics.mean(len(s.token_ids) for g in groups for s in g.samples))
-            if length is None:
-                out["rounds"].append(list(zip(gen_t[-repeats:], grade_t[-repeats:], train_t[-repeats:])))
-                out["rounds_tokens"].append(tokens_per_step)
-        out[length or "run"] = {"generate": statistics.median(gen_t), "grade": statistics.median(grade_t),
-                                "train": statistics.median(train_t), "tokens": statistics.mean(tokens_per_step)}
+            if step < skip:  # the loop's untimed first steps
+                continue
+            if padding:
+                replayed.append(policy.effective_batch(groups, cfg, lambda values: values)[0])
+            gen_t.append(t_gen)
+            grade_t.append(t_grade)
+            train_t.append(t_train)
+            tokens_per_step.append(statistics.mean(len(s.token_ids) for g in groups for s in g.samples))
+        out["rounds"].append(list(zip(gen_t[-repeats:], grade_t[-repeats:], train_t[-repeats:])))
+        out["rounds_tokens"].append(tokens_per_step)
+    out["run"] = {"generate": statistics.median(gen_t), "grade": statistics.median(grade_t),
+                  "train": statistics.median(train_t), "tokens": statistics.mean(tokens_per_step)}
+    for length in lengths:  # forced lengths: every group kept (their rewards say nothing), no weight sync
+        timed = []  # (generate s, train s, mean completion tokens) per batch
+        for _ in range(repeats):
+            t_gen, _, groups = generate(length)
+            timed.append((t_gen, train(groups, False)[0], statistics.mean(len(s.token_ids) for g in groups
+                                                                          for s in g.samples)))
+        out[length] = {"generate": statistics.median(t for t, _, _ in timed),
+                       "train": statistics.median(t for _, t, _ in timed), "tokens": timed[-1][2]}
     if padding:
         out["padding"] = padding_alternatives(model, replayed[-repeats:], cfg, pad_id)
     if device.type == "cpu":  # the trainer on one thread, as vLLM's CPU backend can leave it
@@ -403,8 +403,8 @@ def main():
     repeats = args.repeats or args.steps - args.skip
     lengths = [int(x) for x in args.scale_lengths.split(",") if x]
     runs = [loop(flags, args.steps, args.skip) for _ in range(args.rounds)]
-    run = {k: statistics.median(r[k] for r in runs) for k in runs[0] if k not in ("config", "step_s", "step_tokens", "step_phases")}  # the table's
-    run["config"] = runs[0]["config"]
+    run = {k: statistics.median(r[k] for r in runs) for k, v in runs[0].items() if isinstance(v, (int, float))}
+    run["config"] = runs[0]["config"]  # the table's numbers: medians over rounds; per-step lists stay per run
     lim = limits(flags, repeats, lengths, args.rounds, args.skip, args.padding)
     cfg = run["config"]
     print(f"bench: {' '.join(flags)} | {cfg['batch']} = {cfg['batch'] // cfg['group']} x {cfg['group']} completions per step, "

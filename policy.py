@@ -26,6 +26,17 @@ from transformers import AutoModelForCausalLM
 import losses
 
 
+def resolve_model(name: str, out_dir: str, log=print) -> str:
+    """--model -> a Hugging Face model folder or Hub name: the toy is built once and a GGUF file converted once,
+    both cached in out_dir; any other name is returned as it is."""
+    import toy
+    if name in toy.MODELS:
+        return toy.build_toy_model(out_dir, name, log=log)
+    if gguf := gguf_file(name):
+        return from_gguf(gguf, out_dir, log=log)
+    return name
+
+
 def gguf_file(name: str) -> str | None:
     """The GGUF file `--model` names: a .gguf file, or a folder holding exactly one; else None."""
     if name.endswith(".gguf"):

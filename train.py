@@ -63,7 +63,6 @@ from transformers import AutoConfig, AutoTokenizer  # noqa: E402
 
 import checkpoint  # noqa: E402
 import policy  # noqa: E402
-import toy  # noqa: E402
 
 # -----------------------------------------------------------------------------------------------------------
 # compute init: torchrun sets RANK/WORLD_SIZE; plain python is a world of one. FSDP2 runs in both, so the
@@ -133,12 +132,7 @@ torch.manual_seed(cfg.seed + rank)
 # -----------------------------------------------------------------------------------------------------------
 # model and data: the toy is built once and a GGUF file converted once (rank 0), both cached in out_dir; other
 # models come from the Hub or a path
-if cfg.model in toy.MODELS:
-    model_path = on_rank0(lambda: toy.build_toy_model(cfg.out_dir, cfg.model, log=print0))
-elif gguf := policy.gguf_file(cfg.model):
-    model_path = on_rank0(lambda: policy.from_gguf(gguf, cfg.out_dir, log=print0))
-else:
-    model_path = cfg.model
+model_path = on_rank0(lambda: policy.resolve_model(cfg.model, cfg.out_dir, log=print0))
 try:
     model_config = AutoConfig.from_pretrained(model_path)
     context = model_config.max_position_embeddings
