@@ -128,13 +128,13 @@ class Config:
 # answer budget of 7 tokens (\boxed{NN} and EOS: no room to keep computing after an interruption), a higher
 # learning rate with a shorter warm-up for a tiny model (5e-5 gave gradient-norm spikes to 54 and a late
 # collapse, measured), gradient clipping at 1.0 (as tuned; docs/measurements.md), evaluation of all 1,000 held-out
-# prompts x 3 samples every 40 steps (a standard error under 0.01 per point), and bf16 set explicitly (auto
-# would pick fp32 on a CPU) so that the body runs in bf16 and the FP32 LM head means what it does in the paper.
-# The dtype is part of the recipe: in fp32 the toy learns about half as fast per step (pass rate 0.18-0.24 at step
-# 400 against 0.46-0.48 in bf16, 2 seeds each, 2026-12-01). A CPU without native bf16 (AVX2, no AVX512-BF16 or
-# AMX) emulates it, and a step takes 5-6x longer; train.py says so at start-up (`bf16_is_emulated`).
+# prompts x 3 samples every 40 steps (a standard error under 0.01 per point). The dtype is auto (bf16 on a GPU,
+# fp32 on a CPU): most CPUs (AVX2 without AVX512-BF16 or AMX) emulate bf16 matmuls, which makes a toy step ~4x
+# slower, and on such a CPU bf16 bought no faster learning: from the same seed, bf16 and fp32 runs followed each
+# other to step 200 (docs/measurements.md, 2026-12-01). In fp32 the FP32 LM head changes nothing; `--dtype
+# bfloat16` gives the paper's bf16 body, and study.py's FP32-head row uses it.
 TOY = dict(
-    batch=128, group=8, max_steps=2000, lr=3e-5, warmup_steps=20, grad_clip=1.0, dtype="bfloat16",
+    batch=128, group=8, max_steps=2000, lr=3e-5, warmup_steps=20, grad_clip=1.0,
     prompt_max_tokens=48, think_min_tokens=32, think_max_tokens=40, answer_max_tokens=7,
     eval_every=40, eval_prompts=1000, eval_samples=3, save_every=50, micro_batch_tokens=2048,
 )

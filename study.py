@@ -41,7 +41,10 @@ PARTS = {
         "stale-s1": [*STALE, "--seed", "1"],
         "loo-8op": ["--mode", "ppo", "--k", "8"],  # PPO-off-policy-8 instead of PipelineRL-8
         "loo-dapo": [*STALE, "--loss", "dapo"],  # DAPO's clipped surrogate instead of CISPO
-        "loo-fp32": [*STALE, "--no_fp32_head"],  # LM head in the body's dtype (the toy's bf16) on both sides
+        # the FP32 head only matters beside a bf16 body, which the toy on a CPU does not have (config.TOY): this
+        # row and its own reference run in bf16 (5-6x slower on a CPU without native bf16)
+        "stale-bf16-s0": [*STALE, "--dtype", "bfloat16", "--seed", "0"],
+        "loo-fp32": [*STALE, "--dtype", "bfloat16", "--no_fp32_head"],  # LM head in bf16 on both sides
         "loo-savg": [*STALE, "--loss_agg", "sample"],  # sample-average loss aggregation
         "loo-plan": [*STALE, "--adv_norm", "prompt"],  # prompt-level advantage normalization
         "loo-batch": [*STALE, "--no_zero_var_filter"],  # zero-variance groups kept in the batch
@@ -139,9 +142,11 @@ def fit(part: str, margin: float = 0.02):
     """Fits of this part's runs and the default's seeds: A, B, C_mid with bootstrap intervals (fit_curve.py), the
     fit on the first half of each run's compute checked against its last evaluation, and a verdict against
     the reference seeds as the paper compares recipes (§4): A beyond the margin first, else B and C_mid against
-    the seeds' range. The LOO rows are judged against the default at their own staleness (stale-s*)."""
+    the seeds' range. The LOO rows are judged against the default at their own staleness (stale-s*), and each
+    row against the references of its own dtype."""
     import config
     ref = [n for n in (PARTS["loo"] if part == "loo" else SEEDS) if n.startswith(("default-", "stale-"))]
+    dtype = {n: config.parse_args(flags_of(n)).dtype for n in [*ref, *PARTS[part]]}
     names = [n for n in dict.fromkeys([*ref, *PARTS[part]]) if records(n)]
     logs = [os.path.join(LOG_DIR, f"{n}.jsonl") for n in names]
     if part == "axes":  # the seeds run twice as long as the axes: fit them on the same steps as the axis runs
@@ -151,8 +156,7 @@ def fit(part: str, margin: float = 0.02):
             if n in SEEDS:
                 logs[i] = os.path.join(short, f"{n}.jsonl")
                 with open(logs[i], "w") as f:
-                    f.writelines(json.dumps(r) + "\n" for r in records(n)
-                                 if r.get("step", 0) <= config.TOY["max_steps"])
+                    f.writelines(json.dumps(r) + "\n" for r in records(n) if r.get("step", 0) <= config.TOY["max_steps"])
     if not logs:
         print(f"study: no logs for part {part} yet")
         return
@@ -160,8 +164,9 @@ def fit(part: str, margin: float = 0.02):
     halves = {r["run"]: r for r in fit_curve(logs, "--fit-fraction", "0.5", "--bootstrap", "0")}
     with open(os.path.join(LOG_DIR, f"{part}-fits.json"), "w") as f:  # not .jsonl: fit_curve.py logs/study/*.jsonl
         json.dump(list(rows.values()), f, indent=1)
-    seeds = [rows[n] for n in ref if n in rows]
-    A_ref = sum(r["A"] for r in seeds) / max(len(seeds), 1)
+
+    def seeds_of(name):  # the reference runs a row is judged against
+        return [rows[n] for n in ref if n in rows and dtype[n] == dtype[name]]
 
     def against(name, value, values, sign):  # sign +1: higher is better (B); -1: lower is better (C_mid)
         if not values or min(values) <= value <= max(values):
@@ -171,8 +176,10 @@ def fit(part: str, margin: float = 0.02):
     def verdict(r):
         if r["run"] in ref:
             return "reference"
+        seeds = seeds_of(r["run"])
         if not seeds:
             return "no reference yet"
+        A_ref = sum(s["A"] for s in seeds) / len(seeds)
         if abs(r["A"] - A_ref) > margin:
             return "higher A" if r["A"] > A_ref else "lower A"
         return "same A; " + against("B", r["B_at_A_common"], [s["B_at_A_common"] for s in seeds], +1) + "; " + \
@@ -193,9 +200,15 @@ def fit(part: str, margin: float = 0.02):
             f"{r['B']:.2f} [{ci['B'][0]:.2f}, {ci['B'][1]:.2f}] | {r['C_mid']:.3g} [{ci['C_mid'][0]:.3g}, "
             f"{ci['C_mid'][1]:.3g}] | {r['r2']:.3f} | {verdict(r)} | {last.get('actual', float('nan')):.3f} ± {se:.3f} "
             f"| {last.get('predicted', float('nan')):.3f} | {last.get('error', float('nan')):+.3f} |")
-    lines.append(f"\nReference: {', '.join(r['run'] for r in seeds)} (A mean {A_ref:.3f}); margin {margin}. Verdicts: "
-                 "A beyond the margin first, then B at the common A (higher is better) and C_mid (lower is better) "
-                 "against the reference seeds' range.")
+    groups = {}  # dtype -> the reference runs that have a fit
+    for n in ref:
+        if n in rows:
+            groups.setdefault(dtype[n], []).append(rows[n])
+    refs = "; ".join(f"{', '.join(r['run'] for r in g)} ({d}, A mean {sum(r['A'] for r in g) / len(g):.3f})"
+                     for d, g in groups.items())
+    lines.append(f"\nReference: {refs}; margin {margin}. Verdicts: A beyond the margin first, then B at the common A "
+                 "(higher is better) and C_mid (lower is better) against the range of the reference runs of the "
+                 "row's dtype.")
     with open(os.path.join(LOG_DIR, f"{part}.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))

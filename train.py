@@ -403,8 +403,7 @@ if preset:
     print0("toy preset (flags you type win): " + " ".join(f"--{k} {v}" for k, v in preset.items()))
 if device.type == "cpu" and cfg.dtype == "bfloat16" and config.bf16_is_emulated():
     print0("warning: this CPU has no native bf16 (no avx512_bf16 or amx_bf16 flag), so bf16 matmuls are emulated and "
-           "a toy step takes 5-6x longer; --dtype float32 is faster per step but is another recipe (the toy learns "
-           "about half as fast per step in fp32)")
+           "a toy step takes ~4x longer than in float32")
 clock = Clock(state["gpu_hours"])
 
 # -----------------------------------------------------------------------------------------------------------

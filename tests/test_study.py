@@ -82,3 +82,18 @@ def test_axes_are_judged_against_the_seeds_on_the_same_steps(tmp_path, monkeypat
     table = (tmp_path / "axes.md").read_text()
     assert "| budget2x-s0 |" in table and "higher A" in table
     assert (tmp_path / "study-axis-budget2x.png").exists()
+
+
+def test_loo_rows_are_judged_against_references_of_their_own_dtype(tmp_path, monkeypatch):
+    """The FP32-head row runs a bf16 body (the toy is fp32 on a CPU): it is judged against the bf16 reference only,
+    and the fp32 rows against the fp32 references only. Mixed, loo-fp32 would read "higher A" against their mean."""
+    monkeypatch.setattr(study, "LOG_DIR", str(tmp_path))
+    monkeypatch.setattr(study, "DOCS_DIR", str(tmp_path))
+    steps = config.TOY["max_steps"]
+    for name, a in [("stale-s0", 0.60), ("stale-bf16-s0", 0.75), ("loo-fp32", 0.75), ("loo-dapo", 0.75)]:
+        _write_log(tmp_path / f"{name}.jsonl", name, steps, a=a)
+    study.fit("loo")
+    rows = {line.split("|")[1].strip(): line for line in (tmp_path / "loo.md").read_text().splitlines()
+            if line.startswith("| loo-")}
+    assert "same A" in rows["loo-fp32"]
+    assert "higher A" in rows["loo-dapo"]
