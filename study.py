@@ -42,7 +42,7 @@ PARTS = {
         "loo-8op": ["--mode", "ppo", "--k", "8"],  # PPO-off-policy-8 instead of PipelineRL-8
         "loo-dapo": [*STALE, "--loss", "dapo"],  # DAPO's clipped surrogate instead of CISPO
         # the FP32 head only matters beside a bf16 body, which the toy on a CPU does not have (config.TOY): this
-        # row and its own reference run in bf16 (5-6x slower on a CPU without native bf16)
+        # row and its own reference run in bf16 (~4x slower on a CPU without native bf16)
         "stale-bf16-s0": [*STALE, "--dtype", "bfloat16", "--seed", "0"],
         "loo-fp32": [*STALE, "--dtype", "bfloat16", "--no_fp32_head"],  # LM head in bf16 on both sides
         "loo-savg": [*STALE, "--loss_agg", "sample"],  # sample-average loss aggregation
@@ -156,7 +156,8 @@ def fit(part: str, margin: float = 0.02):
             if n in SEEDS:
                 logs[i] = os.path.join(short, f"{n}.jsonl")
                 with open(logs[i], "w") as f:
-                    f.writelines(json.dumps(r) + "\n" for r in records(n) if r.get("step", 0) <= config.TOY["max_steps"])
+                    f.writelines(json.dumps(r) + "\n" for r in records(n)
+                                 if r.get("step", 0) <= config.TOY["max_steps"])
     if not logs:
         print(f"study: no logs for part {part} yet")
         return
@@ -164,9 +165,10 @@ def fit(part: str, margin: float = 0.02):
     halves = {r["run"]: r for r in fit_curve(logs, "--fit-fraction", "0.5", "--bootstrap", "0")}
     with open(os.path.join(LOG_DIR, f"{part}-fits.json"), "w") as f:  # not .jsonl: fit_curve.py logs/study/*.jsonl
         json.dump(list(rows.values()), f, indent=1)
-
-    def seeds_of(name):  # the reference runs a row is judged against
-        return [rows[n] for n in ref if n in rows and dtype[n] == dtype[name]]
+    groups = {}  # dtype -> the reference runs with a fit: a row is judged against those of its own dtype
+    for n in ref:
+        if n in rows:
+            groups.setdefault(dtype[n], []).append(rows[n])
 
     def against(name, value, values, sign):  # sign +1: higher is better (B); -1: lower is better (C_mid)
         if not values or min(values) <= value <= max(values):
@@ -176,7 +178,7 @@ def fit(part: str, margin: float = 0.02):
     def verdict(r):
         if r["run"] in ref:
             return "reference"
-        seeds = seeds_of(r["run"])
+        seeds = groups.get(dtype[r["run"]], [])
         if not seeds:
             return "no reference yet"
         A_ref = sum(s["A"] for s in seeds) / len(seeds)
@@ -200,10 +202,6 @@ def fit(part: str, margin: float = 0.02):
             f"{r['B']:.2f} [{ci['B'][0]:.2f}, {ci['B'][1]:.2f}] | {r['C_mid']:.3g} [{ci['C_mid'][0]:.3g}, "
             f"{ci['C_mid'][1]:.3g}] | {r['r2']:.3f} | {verdict(r)} | {last.get('actual', float('nan')):.3f} ± {se:.3f} "
             f"| {last.get('predicted', float('nan')):.3f} | {last.get('error', float('nan')):+.3f} |")
-    groups = {}  # dtype -> the reference runs that have a fit
-    for n in ref:
-        if n in rows:
-            groups.setdefault(dtype[n], []).append(rows[n])
     refs = "; ".join(f"{', '.join(r['run'] for r in g)} ({d}, A mean {sum(r['A'] for r in g) / len(g):.3f})"
                      for d, g in groups.items())
     lines.append(f"\nReference: {refs}; margin {margin}. Verdicts: A beyond the margin first, then B at the common A "
