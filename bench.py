@@ -4,13 +4,13 @@
     python bench.py --mode pipeline                    # any train.py flag passes through (in pipeline mode
                                                        # "generate" is the wait for a batch, not its generation)
     python bench.py --batch 512 --scale_lengths 32,128 # cost against batch size and completion length
-    python bench.py --padding                          # what padding costs against smaller buckets and packing
+    python bench.py --padding                          # the trainer packed at smaller budgets, and unpacked
 
 1. Runs train.py itself (the real loop) for --steps steps without evaluation or checkpoints and prints, per
    phase, the median seconds per step over the steps after --skip: generate, grade, trainer forward/backward,
    optimizer, weight sync, everything else; generated and trained tokens/s, samples/s, peak memory (RSS on
-   CPU, allocated on GPU) and the padding fraction of the training micro-batches (length-sorted buckets, and
-   what arrival order would give).
+   CPU, allocated on GPU) and the padding fraction of the training micro-batches (packed rows, and what one
+   sequence per row would give).
 2. Then, in this process, the limits on the same prompts and group size: vLLM alone generating a batch, and
    the trainer alone doing forward/backward/AdamW on those completions (zero-variance groups dropped, as the
    loop does); overhead = 1 - (generate_alone + train_alone) / step, and again with the grader alone (its
@@ -54,7 +54,7 @@ def loop(flags: list[str], steps: int, skip: int) -> dict:
         records = [json.loads(line) for line in open(os.path.join(logs, "bench.jsonl"))]
     config = records[0]
     train = [r for r in records if r["kind"] == "train"][skip:]
-    med = {k: statistics.median(r[k] for r in train) for k in (*PHASES, "t_step", "padding_frac", "padding_frac_unsorted",
+    med = {k: statistics.median(r[k] for r in train) for k in (*PHASES, "t_step", "padding_frac", "padding_frac_unpacked",
                                                                  "completion_tokens_mean", "peak_mem_gib")}
     med["t_other"] = statistics.median(r["t_step"] - sum(r[k] for k in PHASES) for r in train)
     samples = config["batch"]
@@ -187,83 +187,33 @@ def limits(flags: list[str], repeats: int, lengths: list[int], rounds: int = 1, 
 
 def padding_alternatives(model, groups_per_step: list[list], cfg, pad_id: int, repeats: int = 3) -> list[dict]:
     """What padding costs against its alternatives, on the loop's own kept completions: the trainer's forward and
-    backward (policy.completion_logprobs, the loss's input) over each step's rows laid out as
-      * buckets at --micro_batch_tokens (the loop's layout) and at 1/2 and 1/4 of it: less padding, more calls;
-      * packed rows 2x and 3x as wide as the longest row, first-fit decreasing, each sequence's positions
-        restarting at 0 (transformers then masks attention block-diagonally), as peers pack: little padding,
-        but attention over the whole row and the head on prompt positions too.
+    backward (policy.completion_logprobs, the loss's input) over each step's sequences laid out by policy.pack
+      * packed at --micro_batch_tokens (the loop's layout) and at 1/2 and 1/4 of it: less padding, more calls;
+      * one sequence per row at --micro_batch_tokens (the layout before packing).
     Returns, per layout, its padding fraction, forward calls and median seconds per step (layouts interleaved)."""
-    import torch
-
     import policy
     steps = [[(g.prompt_ids, s.token_ids) for g in groups for s in g.samples if any(s.mask)] for groups in groups_per_step]
     steps = [seqs for seqs in steps if seqs]  # a step whose groups all had equal rewards trains nothing
     if not steps:
         return []
     length = lambda seq: len(seq[0]) + len(seq[1])  # noqa: E731
-
-    def packed_logprobs(rows: list[list]):  # rows of sequences -> log pi of every completion token, flat
-        width = max(sum(map(length, r)) for r in rows)
-        ids = torch.full((len(rows), width), pad_id)
-        pos = torch.zeros((len(rows), width), dtype=torch.long)
-        picks = []  # (row, position predicting the token, token)
-        for i, row in enumerate(rows):
-            at = 0
-            for p, c in row:
-                ids[i, at:at + len(p) + len(c)] = torch.tensor(p + c)
-                pos[i, at:at + len(p) + len(c)] = torch.arange(len(p) + len(c))
-                picks += [(i, at + len(p) - 1 + t, tok) for t, tok in enumerate(c)]
-                at += len(p) + len(c)
-            pos[i, at:] = torch.arange(width - at)  # the tail is a sequence of its own: it attends to no one
-        logits = model(input_ids=ids, position_ids=pos, use_cache=False).logits.float() / cfg.temperature
-        r, t, tok = (torch.tensor(x) for x in zip(*picks))
-        return torch.log_softmax(logits[r, t], dim=-1).gather(-1, tok[:, None])[:, 0]
-
-    def pack(seqs, width):
-        rows = []
-        for seq in sorted(seqs, key=length, reverse=True):
-            row = next((r for r in rows if sum(map(length, r)) + length(seq) <= width), None)
-            rows.append([seq]) if row is None else row.append(seq)
-        return rows
-
-    layouts = {}
-    for div in (1, 2, 4):
-        budget = cfg.micro_batch_tokens // div
-        layouts[f"buckets of {budget} tokens"] = [
-            [[[seq] for seq in b] for b in policy.buckets(seqs, budget, length)[0]] for seqs in steps]
-    for mult in (2, 3):
-        per_step = []
-        for seqs in steps:
-            width = mult * max(map(length, seqs))
-            rows = pack(seqs, width)
-            per_call = max(1, cfg.micro_batch_tokens // width)
-            per_step.append([rows[i:i + per_call] for i in range(0, len(rows), per_call)])
-        layouts[f"packed rows {mult}x the longest"] = per_step
-    with torch.no_grad():  # packed log-probs must be the loop's (same tokens, same model), or the timing means nothing
-        calls = layouts["packed rows 3x the longest"][0]
-        packed = torch.cat([packed_logprobs(call) for call in calls])
-        alone = policy.completion_logprobs(model, [seq for call in calls for row in call for seq in row], cfg.temperature,
-                                           pad_id)[0]
-        if not torch.allclose(packed, alone, atol=2e-2 if cfg.dtype == "bfloat16" else 1e-4):
-            raise RuntimeError(f"packed log-probs differ from the loop's by {(packed - alone).abs().max():.2e} nats")
-    out = []
+    budget = cfg.micro_batch_tokens
+    layouts = {f"packed at {budget // div} tokens": [policy.pack(seqs, budget // div, length)[0] for seqs in steps]
+               for div in (1, 2, 4)}
+    layouts[f"one per row at {budget} tokens"] = [policy.pack(seqs, budget, length, packed=False)[0] for seqs in steps]
     times = {name: [] for name in layouts}
     for _ in range(repeats):
         for name, per_step in layouts.items():
             t0 = time.time()
-            for calls in per_step:
-                for call in calls:
-                    if name.startswith("packed"):
-                        logp = packed_logprobs(call)
-                    else:
-                        logp = policy.completion_logprobs(model, [row[0] for row in call], cfg.temperature, pad_id)[0]
-                    logp.sum().backward()
+            for micro in per_step:
+                for rows in micro:
+                    policy.completion_logprobs(model, rows, cfg.temperature, pad_id)[0].sum().backward()
             times[name].append((time.time() - t0) / len(per_step))
     model.zero_grad(set_to_none=True)
+    real = sum(length(seq) for seqs in steps for seq in seqs)
+    out = []
     for name, per_step in layouts.items():
-        real = sum(length(seq) for calls in per_step for call in calls for row in call for seq in row)
-        width = lambda call: max(sum(map(length, row)) for row in call)  # noqa: E731
-        padded = sum(len(call) * width(call) for calls in per_step for call in calls)
+        padded = sum(len(rows) * max(sum(map(length, row)) for row in rows) for micro in per_step for rows in micro)
         out.append({"layout": name, "padding": 1 - real / padded, "calls": sum(map(len, per_step)) / len(per_step),
                     "seconds": statistics.median(times[name])})
     return out
@@ -283,8 +233,8 @@ PEAK_BF16_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, 
 
 def model_flops(shape: dict, positions: int, completion_positions: int, mean_seq: float) -> float:
     """Training FLOPs (forward + backward = 3 x forward) of one step: every position through the body's matmuls
-    and causal attention, and only completion positions through the LM head (the trainer asks for no other
-    logits). Forward matmul FLOPs are 2 per weight per position; causal attention 2 x 2 x d x (seq / 2)."""
+    and causal attention, and only completion positions through the LM head (the work the loss needs; the
+    trainer's head also runs on the prompts packed after a row's first). Forward matmul FLOPs are 2 per weight per position; causal attention 2 x 2 x d x (seq / 2)."""
     d, f, layers, v = shape["hidden_size"], shape["intermediate_size"], shape["num_hidden_layers"], shape["vocab_size"]
     kv = d * shape["num_key_value_heads"] // shape["num_attention_heads"]
     body = layers * (d * d * 2 + d * kv * 2 + 3 * d * f)  # q, o; k, v; gate, up, down
@@ -379,7 +329,7 @@ def main():
                     "for the overhead's spread (default 1)")
     ap.add_argument("--scale_lengths", default="", help="comma-separated completion lengths in tokens for the limits")
     ap.add_argument("--padding", action="store_true", help="also time the trainer's forward/backward on the replayed "
-                    "steps laid out as smaller buckets or packed rows (bench.padding_alternatives)")
+                    "steps packed at smaller budgets and unpacked (bench.padding_alternatives)")
     ap.add_argument("--trainer_only", action="store_true", help="only the trainer, no vLLM (see 3. above)")
     ap.add_argument("--shapes", default="0.5b,1.5b", help=f"--trainer_only model shapes: {', '.join(SHAPES)}")
     ap.add_argument("--micro_batch_tokens_list", default="8192,16384,32768", help="--trainer_only budgets")
@@ -417,7 +367,7 @@ def main():
     print(f"{'step':<26}{run['t_step']:8.3f}")
     print(f"generated tokens/s {run['gen_tokens_per_s']:.0f} | trained tokens/s {run['train_tokens_per_s']:.0f} | "
           f"samples/s {run['samples_per_s']:.1f} | peak memory {run['peak_mem_gib']:.2f} GiB | padding "
-          f"{run['padding_frac']:.1%} bucketed ({run['padding_frac_unsorted']:.1%} in arrival order) | "
+          f"{run['padding_frac']:.1%} packed ({run['padding_frac_unpacked']:.1%} one sequence per row) | "
           f"completion tokens {run['completion_tokens_mean']:.1f}")
     alone = lim["run"]
     print(f"alone (medians over the replayed steps): vLLM {alone['generate']:.3f} s/batch, grader "

@@ -92,6 +92,8 @@ def build(path, device: torch.device, compute_dtype: torch.dtype, fp32_head: boo
     model already made (bench.py's random-initialized shapes)."""
     model = path if isinstance(path, torch.nn.Module) else AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     model = model.to(device)
+    if model.config._attn_implementation not in ("sdpa", "eager"):  # flash attention: see completion_logprobs
+        raise ValueError(f"attention {model.config._attn_implementation!r} cannot mask packed rows; use sdpa or eager")
     for layer in model.base_model.layers:
         fully_shard(layer, mp_policy=MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32))
     fully_shard(model, mp_policy=MixedPrecisionPolicy(param_dtype=torch.float32 if fp32_head else compute_dtype,
@@ -105,8 +107,8 @@ def gpu_memory_split(num_params: int, world: int, model_config, micro_batch_toke
     one line for the start-up log).
     Per GPU the trainer holds fp32 weights, gradients and two AdamW moments, 16 bytes per parameter / world
     (FSDP2), activations of one micro-batch (~34 x hidden bytes per token per layer without recomputation,
-    Korthikanti et al. 2022), and the fp32 logits, log-softmax and gradient of its completion positions (3 x
-    micro_batch_tokens x vocab x 4 bytes); margin_bytes covers the CUDA context and collective buffers. vLLM
+    Korthikanti et al. 2022), and the fp32 logits, log-softmax and gradient of the positions the head runs on (3 x
+    micro_batch_tokens x vocab x 4 bytes at most); margin_bytes covers the CUDA context and collective buffers. vLLM
     gets the rest, at most 0.9. Raises ValueError when the rest cannot hold vLLM's bf16 weights and 1 GiB of
     KV cache."""
     gib = 2**30
@@ -127,49 +129,80 @@ def gpu_memory_split(num_params: int, world: int, model_config, micro_batch_toke
                       f"GiB (weights {vllm_weights / gib:.1f} + KV cache)")
 
 
-def completion_logprobs(model, seqs: list[tuple[list[int], list[int]]], temperature: float, pad_id: int
+def completion_logprobs(model, rows: list[list[tuple[list[int], list[int]]]], temperature: float, pad_id: int
                         ) -> tuple[torch.Tensor, torch.Tensor]:
-    """log pi_train and entropy (nats) of every completion token, flat in the order of seqs, (N,) each. The
-    sequences (prompt, completion) form one right-padded batch; callers bucket them by length so that little
-    is padding, and the head runs only from the first position that predicts a completion token."""
+    """log pi_train and entropy (nats) of every completion token, flat in the order of the sequences, row by row,
+    (N,) each. A row holds one or more (prompt, completion) sequences end to end (packed, see pack), padded at
+    its end to the longest row. Each sequence's position ids restart at 0, and with position_ids and no
+    attention_mask transformers masks attention block-diagonally (masking_utils.find_packed_sequence_indices: a
+    position id other than the previous + 1 starts a sequence; sdpa and eager then get a causal mask within each
+    sequence), so every token's result is that of its sequence alone (tested). Flash attention reads packing
+    from position ids only in a batch of one row, hence build's check."""
     dev = next(model.parameters()).device
-    lengths = [len(p) + len(c) for p, c in seqs]
-    width, start = max(lengths), min(len(p) for p, _ in seqs) - 1
-    ids = torch.tensor([p + c + [pad_id] * (width - n) for (p, c), n in zip(seqs, lengths)], device=dev)
-    mask = torch.arange(width, device=dev)[None, :] < torch.tensor(lengths, device=dev)[:, None]  # (B, L)
-    out = model(input_ids=ids, attention_mask=mask.long(), logits_to_keep=torch.arange(start, width - 1, device=dev),
-                use_cache=False)
-    logprobs = torch.log_softmax(out.logits.float() / temperature, dim=-1)  # (B, L - 1 - start, V) fp32
-    # position t predicts token t + 1: pick each row's completion positions, in order
-    rows = torch.tensor([i for i, (p, c) in enumerate(seqs) for _ in c], device=dev)
-    cols = torch.tensor([len(p) - 1 - start + t for p, c in seqs for t in range(len(c))], device=dev)
-    picked = logprobs[rows, cols]  # (N, V)
-    targets = torch.tensor([t for _, c in seqs for t in c], device=dev)
+    width = max(sum(len(p) + len(c) for p, c in row) for row in rows)
+    ids, pos, picks = [], [], []  # picks: (row, position that predicts the token) of each completion token
+    for i, row in enumerate(rows):
+        ids.append([])
+        pos.append([])
+        for p, c in row:
+            picks += [(i, len(ids[i]) + len(p) - 1 + t) for t in range(len(c))]
+            ids[i] += p + c
+            pos[i] += range(len(p) + len(c))
+        # the padding at the row's end restarts at 0 too: a sequence of its own, after every real token of the
+        # row, so causal attention keeps it out of their results
+        tail = width - len(ids[i])
+        ids[i] += [pad_id] * tail
+        pos[i] += range(tail)
+    # The head runs on positions start..width-2 of every row (logits_to_keep picks the same ones in each): from
+    # the earliest that predicts a completion token (the last prompt token of a row's first sequence); so also on
+    # the prompts packed after it, and on padding. Completion positions alone would take the final hidden states
+    # and the head outside model(), where FSDP2 has not gathered the head's weights.
+    start = min(len(row[0][0]) for row in rows) - 1
+    out = model(input_ids=torch.tensor(ids, device=dev), position_ids=torch.tensor(pos, device=dev),  # (B, width)
+                logits_to_keep=torch.arange(start, width - 1, device=dev), use_cache=False)  # (B, width - 1 - start, V)
+    r, t = torch.tensor(picks, device=dev).T
+    logprobs = torch.log_softmax(out.logits[r, t - start].float() / temperature, dim=-1)  # (N, V) fp32
+    targets = torch.tensor([tok for row in rows for _, c in row for tok in c], device=dev)
     with torch.no_grad():
-        entropy = -(picked.exp() * picked).sum(-1)
-    return picked.gather(-1, targets[:, None])[:, 0], entropy
+        entropy = -(logprobs.exp() * logprobs).sum(-1)
+    return logprobs.gather(-1, targets[:, None])[:, 0], entropy
 
 
-def buckets(items: list, budget_tokens: int, length) -> tuple[list[list], float, float]:
-    """Micro-batches of items sorted by length(item) (prompt + completion tokens), each at most budget_tokens
-    once padded to its longest row (a longer item gets its own). Returns the batches and the padding fraction
-    with and without the sorting."""
-    def padding(batches):
-        padded = sum(len(b) * max(map(length, b)) for b in batches if b)
-        real = sum(length(it) for b in batches for it in b)
-        return 1 - real / padded if padded else 0.0
-
-    def split(seq):
-        batches, widest = [[]], 0
-        for it in seq:
-            n = length(it)
-            if batches[-1] and (len(batches[-1]) + 1) * max(widest, n) > budget_tokens:
-                batches, widest = batches + [[]], 0
-            batches[-1].append(it)
-            widest = max(widest, n)
-        return [b for b in batches if b]
-    sorted_batches = split(sorted(items, key=length))
-    return sorted_batches, padding(sorted_batches), padding(split(items))
+def pack(items: list, budget_tokens: int, length, packed: bool = True) -> tuple[list[list[list]], float]:
+    """Items -> micro-batches of rows of items, and the share of their positions that is padding (row ends).
+    Rows: first-fit decreasing (longest item first, each into the first row with room) into rows as long as the
+    longest item, or budget_tokens if less. No row is wider than that item alone, so attention, dense over a row
+    under sdpa's block-diagonal mask, costs no more per position than unpacked. Rows only as wide as each
+    micro-batch's own longest item would pad about as much as one item per row on the toy's lengths (at most
+    ~2.7x apart: long items leave gaps no item fits, and short ones pair only in rows a long one made wide).
+    packed=False: one item per row (what padding would be without packing). Micro-batches: the rows longest
+    first, cut into the fewest micro-batches of at most budget_tokens positions (rows x longest row; a longer
+    row goes alone), and of those cuts the one with the least padding."""
+    capacity = min(max(map(length, items), default=0), budget_tokens)
+    rows = []  # [tokens, items] per row
+    for it in sorted(items, key=length, reverse=True):
+        row = next((r for r in rows if r[0] + length(it) <= capacity), None) if packed else None
+        if row is None:
+            rows.append(row := [0, []])
+        row[0] += length(it)
+        row[1].append(it)
+    rows.sort(key=lambda r: -r[0])
+    # best[i]: (micro-batches, padded positions) of the best cut of rows[i:], compared in that order; ends[i]:
+    # where its first micro-batch ends
+    best, ends = [(0, 0)] * (len(rows) + 1), [0] * len(rows)
+    for i in reversed(range(len(rows))):
+        width, real, options = rows[i][0], 0, []
+        for j in range(i + 1, len(rows) + 1):
+            if j > i + 1 and (j - i) * width > budget_tokens:
+                break
+            real += rows[j - 1][0]
+            options.append(((best[j][0] + 1, best[j][1] + (j - i) * width - real), j))
+        best[i], ends[i] = min(options)
+    batches, i = [], 0
+    while i < len(rows):
+        batches.append([items for _, items in rows[i:ends[i]]])
+        i = ends[i]
+    return batches, best[0][1] / (best[0][1] + sum(r[0] for r in rows)) if rows else 0.0
 
 
 def effective_batch(groups: list, cfg, all_reduce) -> tuple[list, torch.Tensor, torch.Tensor, dict]:
@@ -198,43 +231,45 @@ def effective_batch(groups: list, cfg, all_reduce) -> tuple[list, torch.Tensor, 
 @dataclass
 class MicroBatch:
     """One forward/backward's worth of completions, as ready tensors. Flat tensors are over the completion
-    tokens of all rows, in row order, shape (N,)."""
-    seqs: list[tuple[list[int], list[int]]]  # (prompt ids, completion ids) per row
+    tokens of all sequences, row by row (completion_logprobs' order), shape (N,)."""
+    rows: list[list[tuple[list[int], list[int]]]]  # (prompt ids, completion ids) of each sequence, packed in rows
     logp_gen: torch.Tensor  # log pi_gen of each token, nats (0 for injected tokens)
     adv: torch.Tensor  # the completion's advantage, repeated over its tokens
     weight: torch.Tensor  # aggregation weight per token (losses.token_weights), float64
     mask: torch.Tensor  # 1 sampled, 0 injected (the interruption phrase)
-    seq_id: torch.Tensor  # row index 0..len(seqs)-1, long
+    seq_id: torch.Tensor  # the sequence's index in that order, long
 
 
 def micro_batches(groups: list, adv: torch.Tensor, cfg, totals: dict, device) -> tuple[list[MicroBatch], float, float]:
     """The step's kept groups (P) and their advantages (P, G) -> micro-batches of at most cfg.micro_batch_tokens
-    (padded rows x longest row), length-bucketed. Every token's aggregation weight comes from the step's global
-    counts in totals (prompts, completions, tokens over all ranks), so the loss summed over micro-batches and
-    ranks, and its gradient, do not depend on how the batch is split (paper §3.2(a); tested). Returns the
-    micro-batches and the padding fraction bucketed and in arrival order."""
-    rows = [(g.prompt_ids, s, a) for g, group_adv in zip(groups, adv.tolist()) for s, a in zip(g.samples, group_adv)]
+    (rows x longest row), sequences packed in rows (pack). Every token's aggregation weight comes from the step's
+    global counts in totals (prompts, completions, tokens over all ranks), so the loss summed over micro-batches
+    and ranks, and its gradient, do not depend on how the batch is split (paper §3.2(a); tested). Returns the
+    micro-batches and the padding fraction packed and with one sequence per row."""
+    seqs = [(g.prompt_ids, s, a) for g, group_adv in zip(groups, adv.tolist()) for s, a in zip(g.samples, group_adv)]
     prompt_tokens = [sum(sum(s.mask) for s in g.samples) for g in groups for _ in g.samples]
-    trained = [any(s.mask) for _, s, _ in rows]  # a row with no sampled token (dropped as truncated) adds nothing
-    rows, prompt_tokens = [r for r, t in zip(rows, trained) if t], [n for n, t in zip(prompt_tokens, trained) if t]
-    weights = losses.token_weights(cfg.loss_agg, torch.tensor([sum(s.mask) for _, s, _ in rows], dtype=torch.long),
+    trained = [any(s.mask) for _, s, _ in seqs]  # a sequence with no sampled token (dropped as truncated) adds nothing
+    seqs, prompt_tokens = [q for q, t in zip(seqs, trained) if t], [n for n, t in zip(prompt_tokens, trained) if t]
+    weights = losses.token_weights(cfg.loss_agg, torch.tensor([sum(s.mask) for _, s, _ in seqs], dtype=torch.long),
                                    torch.tensor(prompt_tokens, dtype=torch.long), int(totals["prompts"]),
                                    int(totals["completions"]), int(totals["tokens"])).tolist()
-    batches, padding, padding_unsorted = buckets([(*row, w) for row, w in zip(rows, weights)], cfg.micro_batch_tokens,
-                                                 length=lambda row: len(row[0]) + len(row[1].token_ids))
-    return [_micro_batch(b, device) for b in batches], padding, padding_unsorted
+    items, length = [(*q, w) for q, w in zip(seqs, weights)], lambda it: len(it[0]) + len(it[1].token_ids)
+    batches, padding = pack(items, cfg.micro_batch_tokens, length)
+    return [_micro_batch(b, device) for b in batches], padding, pack(items, cfg.micro_batch_tokens, length, False)[1]
 
 
-def _micro_batch(rows: list, device) -> MicroBatch:
-    """Rows (prompt ids, sample, advantage, weight) -> a MicroBatch; flat tensors over their tokens, in order."""
+def _micro_batch(rows: list[list], device) -> MicroBatch:
+    """Rows of (prompt ids, sample, advantage, weight) -> a MicroBatch; flat tensors over their tokens, row by row."""
+    seqs = [it for row in rows for it in row]
+
     def flat(values, dtype):
         return torch.tensor(values, dtype=dtype, device=device)
-    return MicroBatch(seqs=[(p, s.token_ids) for p, s, _, _ in rows],
-                      logp_gen=flat([x for _, s, _, _ in rows for x in s.logprobs], torch.float32),
-                      adv=flat([a for _, s, a, _ in rows for _ in s.mask], torch.float32),
-                      weight=flat([w for _, s, _, w in rows for _ in s.mask], torch.float64),
-                      mask=flat([m for _, s, _, _ in rows for m in s.mask], torch.long),
-                      seq_id=flat([i for i, (_, s, _, _) in enumerate(rows) for _ in s.mask], torch.long))
+    return MicroBatch(rows=[[(p, s.token_ids) for p, s, _, _ in row] for row in rows],
+                      logp_gen=flat([x for _, s, _, _ in seqs for x in s.logprobs], torch.float32),
+                      adv=flat([a for _, s, a, _ in seqs for _ in s.mask], torch.float32),
+                      weight=flat([w for _, s, _, w in seqs for _ in s.mask], torch.float64),
+                      mask=flat([m for _, s, _, _ in seqs for m in s.mask], torch.long),
+                      seq_id=flat([i for i, (_, s, _, _) in enumerate(seqs) for _ in s.mask], torch.long))
 
 
 def backward(model, micro: list[MicroBatch], cfg, num_micro: int, world: int, pad_id: int) -> dict:
@@ -246,11 +281,11 @@ def backward(model, micro: list[MicroBatch], cfg, num_micro: int, world: int, pa
     sums["is_ratio_max"] = 0.0
     for j in range(num_micro):
         if j >= len(micro):
-            logp, _ = completion_logprobs(model, [([pad_id], [pad_id])], cfg.temperature, pad_id)
+            logp, _ = completion_logprobs(model, [[([pad_id], [pad_id])]], cfg.temperature, pad_id)
             (logp.sum() * 0.0).backward()
             continue
         mb = micro[j]
-        logp, entropy = completion_logprobs(model, mb.seqs, cfg.temperature, pad_id)
+        logp, entropy = completion_logprobs(model, mb.rows, cfg.temperature, pad_id)
         loss, m = losses.policy_loss(cfg.loss, logp, logp_gen=mb.logp_gen, adv=mb.adv, weight=mb.weight,
                                      mask=mb.mask, seq_id=mb.seq_id, **hyper)
         (loss * world).backward()  # FSDP averages gradients over ranks; the loss is a sum over them

@@ -355,7 +355,7 @@ def step_record(groups, kept, zero_var, trained_version, sums, totals, grad_norm
         "mismatch": n["mismatch_sum"] / tokens, "entropy": n["entropy_sum"] / tokens, "lag_mean": n["lag"] / n["groups"],
         "lag_max": most["lag_max"], "lag_hist": [c / max(sum(lag_counts), 1) for c in lag_counts],
         "retired_prompts": len(sampler.retired),  # the sampler is the same on every rank
-        "padding_frac": padding[0], "padding_frac_unsorted": padding[1],
+        "padding_frac": padding[0], "padding_frac_unpacked": padding[1],
         "t_generate": timer["generate"] - rollouts.t_grade, "t_grade": rollouts.t_grade,
         "ungraded": int(n["ungraded"]), "t_train": timer["train"],
         "t_optim": timer["optim"], "t_sync": timer["sync"], "peak_mem_gib": most["peak_mem_gib"],
@@ -427,7 +427,7 @@ while True:
     # zero advantages; it is dropped from the loss and from the batch statistics (the "effective batch")
     kept, adv, zero_var, totals = policy.effective_batch(groups, cfg, all_reduce)
 
-    # --- loss over length-bucketed micro-batches (§3.2(a), Eq. 4), gradients summed over them and over ranks
+    # --- loss over micro-batches of packed rows (§3.2(a), Eq. 4), gradients summed over them and over ranks
     with timer("train"):
         micro, *padding = policy.micro_batches(kept, adv, cfg, totals, device)
         num_micro = int(all_reduce({"n": len(micro)}, op=dist.ReduceOp.MAX)["n"])

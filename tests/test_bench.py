@@ -33,13 +33,13 @@ def test_overhead_pairs_each_loop_run_with_its_own_replay(toy_path):
         assert all(-100 < x < 100 for x in each)  # a replay of the same steps, not a different workload
         rounds.append(each)
     assert all(a >= b for a, b in zip(*rounds))  # the grader alone is part of the second limit, not of the first
-    # padding against its alternatives, on the same steps; the packed rows passed their log-prob check
+    # padding against its alternatives, on the same steps
     layouts = re.findall(r"^padding: (.+?)\s+(-?[\d.]+)% padded,\s+([\d.]+) forward calls, ([\d.]+) s/step", proc.stdout, re.M)
-    assert [name for name, *_ in layouts] == ["buckets of 2048 tokens", "buckets of 1024 tokens", "buckets of 512 tokens",
-                                              "packed rows 2x the longest", "packed rows 3x the longest"], proc.stdout
+    assert [name for name, *_ in layouts] == ["packed at 2048 tokens", "packed at 1024 tokens", "packed at 512 tokens",
+                                              "one per row at 2048 tokens"], proc.stdout
     padded = {name: float(p) for name, p, _, _ in layouts}
     calls = {name: float(c) for name, _, c, _ in layouts}
-    assert calls["buckets of 512 tokens"] >= calls["buckets of 1024 tokens"] >= calls["buckets of 2048 tokens"] >= 1
+    assert calls["packed at 512 tokens"] >= calls["packed at 1024 tokens"] >= calls["packed at 2048 tokens"] >= 1
     assert all(0 <= padded[name] < 100 and float(seconds) > 0 for name, _, _, seconds in layouts)
 
 
