@@ -2,6 +2,7 @@
 runs the whole loop on a laptop CPU with no download.
 
     python toy.py                  # build the toy model (or find it cached) and print its folder
+    python toy.py --accuracy       # ... and its accuracy on short problems, in its own style and forced concise
 
 The task (paper §2 in miniature): a sum of single-digit terms answered after a <think> scratchpad of
 running sums, with a thinking budget that fits short sums and not long ones (which sets the ceiling A), e.g.
@@ -203,5 +204,50 @@ def build_toy_model(out_dir: str, name: str = "toy", log=print) -> str:
     return path
 
 
+def concise_prefix(prompt: str) -> str:
+    """The start of a problem's concise scratchpad, up to the next term: "Add: 7+5+9" -> "7+5=12 12+"."""
+    a, b = (int(t) for t in prompt.removeprefix("Add: ").split("+")[:2])
+    return f"{a}+{b}={a + b} {a + b}+"
+
+
+def warm_start_accuracy(path: str, num_prompts: int = 300, samples: int = 4) -> dict:
+    """Share of correct answers of the model at `path` on the first num_prompts short validation problems,
+    sampled at temperature 1 with no thinking budget: in its own style ("free"), and forced into the concise one
+    (the first concise step and the next running sum appended to the prompt: "7+5=12 12+"). The budget makes RL
+    shift the style within ~100 steps; what the forced-concise accuracy misses is what RL must learn after that,
+    slowly (docs/measurements.md). Mostly the next term copied wrong where a digit repeats."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    rows = [r for r in toy_rows("val") if r["prompt"].count("+") + 1 <= TOY_SHORT_TERMS[1]][:num_prompts]
+    torch.manual_seed(0)
+    result = {}
+    for style in ("free", "concise"):
+        prompts = []
+        for r in rows:
+            ids = format_prompt(tokenizer, r["prompt"])
+            if style == "concise":
+                ids += tokenizer(concise_prefix(r["prompt"]), add_special_tokens=False)["input_ids"]
+            prompts.append(ids)
+        width = max(map(len, prompts))  # left padding: every row's next token is at the same position
+        ids = torch.tensor([[tokenizer.pad_token_id] * (width - len(p)) + p for p in prompts])
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+        with torch.no_grad():
+            out = model.generate(input_ids=ids, attention_mask=mask, do_sample=True, temperature=1.0, top_k=0,
+                                 max_new_tokens=120, num_return_sequences=samples, pad_token_id=tokenizer.pad_token_id)
+        texts = tokenizer.batch_decode(out[:, width:])
+        answers = [r["answer"] for r in rows for _ in range(samples)]
+        result[style] = sum(final_answer(t) == a for t, a in zip(texts, answers)) / len(texts)
+    return result
+
+
 if __name__ == "__main__":
-    print(build_toy_model("out"))
+    import argparse
+    ap = argparse.ArgumentParser(description="Build the toy model (or find it cached) and print its folder.")
+    ap.add_argument("--accuracy", action="store_true", help="also print its accuracy by style (warm_start_accuracy)")
+    args = ap.parse_args()
+    path = build_toy_model("out")
+    print(path)
+    if args.accuracy:
+        print(" ".join(f"{style} {acc:.3f}" for style, acc in warm_start_accuracy(path).items()))

@@ -29,6 +29,16 @@ def test_toy_solution_is_graded_correct_and_slips_are_wrong():
     assert sum(toy.toy_reward(p["solution"], p["answer"]) == -1.0 for p in slipped) > 0.7 * len(slipped)
 
 
+def test_concise_prefix_is_where_a_concise_solution_starts():
+    # toy.warm_start_accuracy forces the concise style with it; a wrong prefix would score a style nobody wrote
+    rng = random.Random(0)
+    for _ in range(200):
+        p = toy.toy_problem(rng)
+        assert p["solution"].startswith(toy.concise_prefix(p["prompt"]))
+        checked = toy.toy_problem(random.Random(p["prompt"]), check_rate=1.0)
+        assert not checked["solution"].startswith(toy.concise_prefix(checked["prompt"]))
+
+
 def test_the_budget_sets_the_ceiling(tokenizer):
     """What sets A (toy.py): at the toy's thinking budget (drawn from 32-40 per request) every concise short
     solution fits and no long one; a checked short one does not fit 32 (and a 5-term one never fits); twice the
