@@ -35,22 +35,23 @@ from data import EOS, INTERRUPT_PHRASE, MATH_INSTRUCTION, THINK_END, THINK_START
 TOY_SHORT_TERMS, TOY_LONG_TERMS = (4, 5), (8, 9)
 TOY_LONG_FRACTION = 1 / 3
 TOY_MAX_OPERAND = 9
-# prompts; validation is held out and never trained on. A default run (2,000 steps x 16 prompts) covers 1.6 epochs
-# of 20,000. Past the first, No-Positive-Resampling has retired the solved short prompts and batches fill with
-# long problems the budget cannot fit; the previous toy held its plateau to ~2.4 epochs and collapsed past ~3
-# (docs/measurements.md)
+# prompts; validation is held out and never trained on. A default run (200 steps x 16 prompts) sees 3,200 of
+# 20,000, so no prompt comes back and No-Positive-Resampling (which retires a prompt solved by all its samples)
+# never starves the batch; an earlier toy collapsed past ~3 epochs (docs/measurements.md)
 TOY_NUM_TRAIN, TOY_NUM_VAL = 20000, 1000
-TOY_SFT_STEPS, TOY_SFT_BATCH, TOY_SFT_LR = 450, 64, 2e-3  # supervised warm start
-# What makes the rise. The warm start imitates a careful teacher: 95% of its traces check every step by the
-# inverse subtraction ("12+9=21 21-9=12 ", 12-16 tokens a step), 5% are concise. Checked, a short problem needs
+TOY_SFT_STEPS, TOY_SFT_BATCH, TOY_SFT_LR = 900, 64, 2e-3  # supervised warm start
+# What makes the rise. The warm start imitates a careful teacher: 80% of its traces check every step by the
+# inverse subtraction ("12+9=21 21-9=12 ", 12-16 tokens a step), 20% are concise. Checked, a short problem needs
 # 37-63 thinking tokens and is interrupted (a 4-term one fits 13% of the time, at the top of the budget's range);
-# concise, it fits. So the warm start passes ~5% (the paper starts RL from an SFT model), and RL under forced
-# interruptions has to learn to think concisely (paper §3.2(f)), then to do it without the slips of a style it
-# saw little of (copying the wrong next term). That takes the whole run:
-# a rise from ~0.05 to the ceiling, where the previous toy (sloppy concise traces at 0.42) rose most of its way
-# in 40 steps and then crept, which left A unmeasurable (docs/measurements.md). TOY_SFT_SLIP_RATE (each running
+# concise, it fits. So the warm start passes ~0.17 under the budget (the paper starts RL from an SFT model), and
+# RL under forced interruptions has to learn to think concisely (paper §3.2(f)): the style that fits is there
+# but rare, and the run rises as it takes over (steps ~20-70), then stays flat. The warm start is trained until
+# it has finished learning the arithmetic and the copying (900 steps: 0.98 correct in either style without a
+# budget, `python toy.py --accuracy`), so the style is the only thing RL learns. With half as many steps it
+# copied the next term from the prompt wrongly where a digit repeats, RL spent thousands of steps on that, and
+# the pace of that second rise depended on the machine (docs/measurements.md). TOY_SFT_SLIP_RATE (each running
 # sum off by 1-3) is a knob for sloppier teachers; the default teacher does not slip.
-TOY_SFT_CHECK_RATE = 0.95
+TOY_SFT_CHECK_RATE = 0.8
 TOY_SFT_SLIP_RATE = 0.0
 
 
@@ -214,8 +215,8 @@ def warm_start_accuracy(path: str, num_prompts: int = 300, samples: int = 4) -> 
     """Share of correct answers of the model at `path` on the first num_prompts short validation problems,
     sampled at temperature 1 with no thinking budget: in its own style ("free"), and forced into the concise one
     (the first concise step and the next running sum appended to the prompt: "7+5=12 12+"). The budget makes RL
-    shift the style within ~100 steps; what the forced-concise accuracy misses is what RL must learn after that,
-    slowly (docs/measurements.md). Mostly the next term copied wrong where a digit repeats."""
+    shift the style; what the forced-concise accuracy misses is what RL must learn after that, slowly (with a
+    half-trained warm start, mostly the next term copied wrong where a digit repeats; docs/measurements.md)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     tokenizer = AutoTokenizer.from_pretrained(path)
