@@ -130,7 +130,7 @@ class Config:
 # collapse, measured), gradient clipping at 1.0 (as tuned; docs/measurements.md), 200 steps (the pass rate rises
 # over steps ~20-70 and is flat from ~100: the fit on the first half of the compute predicts the end, the paper's
 # protocol), evaluation of all 1,000 held-out prompts x 3 samples every 10 steps (a standard error under 0.01
-# per point; ~50 s each on one core, about as long as training). The dtype is auto (bf16 on a GPU,
+# per point; ~50 s each on one core: 18 of a run's 28 minutes). The dtype is auto (bf16 on a GPU,
 # fp32 on a CPU): most CPUs (AVX2 without AVX512-BF16 or AMX) emulate bf16 matmuls, which makes a toy step ~4x
 # slower, and on such a CPU bf16 bought no faster learning: from the same seed, bf16 and fp32 runs followed each
 # other to step 200 (docs/measurements.md, 2026-12-01). In fp32 the FP32 LM head changes nothing; `--dtype

@@ -173,6 +173,10 @@ def fit(part: str, margin: float = 0.02):
         if not seeds:
             return "no reference yet"
         A_ref = sum(s["A"] for s in seeds) / len(seeds)
+        lo, hi = r.get("A_ci") or (r["A"], r["A"])
+        # A beyond the margin counts only when its 95% interval is too (a run that ends before its rise is not)
+        if abs(r["A"] - A_ref) > margin and lo - margin <= A_ref <= hi + margin:
+            return f"A not separated from the seeds' (95% CI {lo:.3f}-{hi:.3f})"
         if abs(r["A"] - A_ref) > margin:
             return "higher A" if r["A"] > A_ref else "lower A"
         return "same A; " + against("B", r["B_at_A_common"], [s["B_at_A_common"] for s in seeds], +1) + "; " + \

@@ -80,10 +80,16 @@ def test_an_axis_is_judged_against_the_seeds(tmp_path, monkeypatch):
     _write_log(tmp_path / "default-s0.jsonl", "default-s0", steps)
     _write_log(tmp_path / "budget2x-s0.jsonl", "budget2x-s0", steps, a=0.8)
     _write_log(tmp_path / "batch64-s0.jsonl", "batch64-s0", steps)
+    with open(tmp_path / "gen4-s0.jsonl", "w") as f:  # flat at the seeds' level: its A cannot be told apart
+        f.write(json.dumps({"kind": "config", "run_name": "gen4-s0"}) + "\n")
+        for step in range(0, steps + 1, config.TOY["eval_every"]):
+            f.write(json.dumps({"kind": "eval", "step": step, "gpu_hours": step * 2e-4,
+                                "pass_rate": 0.64 + 0.01 * step / steps + 0.004 * math.sin(step)}) + "\n")
     study.fit("axes")
     rows = {line.split("|")[1].strip(): line for line in (tmp_path / "axes.md").read_text().splitlines()
             if line.startswith("| ")}
     assert "higher A" in rows["budget2x-s0"] and "same A" in rows["batch64-s0"]
+    assert "higher A" not in rows["gen4-s0"] and "lower A" not in rows["gen4-s0"], rows["gen4-s0"]
     assert abs(float(rows["default-s0"].split("|")[-2])) < 0.02  # error of the fit on the first half
     assert (tmp_path / "study-axis-budget2x.png").exists() and (tmp_path / "study-axis-batch64.png").exists()
 
