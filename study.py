@@ -141,9 +141,9 @@ def fit_curve(logs: list[str], *extra: str) -> list[dict]:
 def fit(part: str, margin: float = 0.02):
     """Fits of this part's runs and the default's seeds: A, B, C_mid with bootstrap intervals (fit_curve.py), the
     fit on the first half of each run's compute checked against its last evaluation, and a verdict against
-    the reference seeds as the paper compares recipes (§4): A beyond the margin first, else B and C_mid against
-    the seeds' range. The LOO rows are judged against the default at their own staleness (stale-s*), and each
-    row against the references of its own dtype."""
+    the reference seeds as the paper compares recipes (§4): A beyond the margin first (its 95% interval too), else
+    B and C_mid against the seeds' range. The LOO rows are judged against the default at their own staleness
+    (stale-s*), and each row against the references of its own dtype."""
     import config
     ref = [n for n in (PARTS["loo"] if part == "loo" else SEEDS) if n.startswith(("default-", "stale-"))]
     dtype = {n: config.parse_args(flags_of(n)).dtype for n in [*ref, *PARTS[part]]}
@@ -199,7 +199,8 @@ def fit(part: str, margin: float = 0.02):
             f"| {last.get('predicted', float('nan')):.3f} | {last.get('error', float('nan')):+.3f} |")
     refs = "; ".join(f"{', '.join(r['run'] for r in g)} ({d}, A mean {sum(r['A'] for r in g) / len(g):.3f})"
                      for d, g in groups.items())
-    lines.append(f"\nReference: {refs}; margin {margin}. Verdicts: A beyond the margin first, then B at the common A "
+    lines.append(f"\nReference: {refs}; margin {margin}. Verdicts: A beyond the margin first (its 95% interval "
+                 "too), then B at the common A "
                  "(higher is better) and C_mid (lower is better) against the range of the reference runs of the "
                  "row's dtype.")
     with open(os.path.join(LOG_DIR, f"{part}.md"), "w") as f:
