@@ -1,21 +1,28 @@
 """The paper in miniature (paper §4-6, §11) on the CPU toy: seeds of the ScaleRL default, the leave-one-out
 rows of §6, and the scaling axes of §5, then sigmoid fits, the paper's comparison and the fit-on-half check.
+Each part fits an afternoon: wall-clock with --jobs 2 on the 2-core machine (README, The paper in miniature):
 
-    python study.py --part seeds --jobs 2     # the default, 3 seeds (needed by both other parts)
-    python study.py --part loo --jobs 2       # every §6 leave-one-out row (+ no-NPR) at a staleness that binds
-    python study.py --part axes --jobs 2      # §5: thinking budget x2, batch x1/2 and x2, a larger model, G
-    python study.py --part axes --fit_only    # just the fits, tables and figures from logs/study/*.jsonl
+    python study.py --part seeds --jobs 2        # the default, 3 seeds: the axes' references (56 min)
+    python study.py --part loo --jobs 2          # §6 at a staleness that binds: references, 8op, DAPO, no-NPR
+    python study.py --part loo-more --jobs 2     # §6: sample average, prompt-level norm, zero-var kept, length penalty
+    python study.py --part loo-bf16 --jobs 2     # §6: the FP32 head, beside its bf16 reference
+    python study.py --part axes-budget --jobs 2  # §5: thinking budget x2
+    python study.py --part axes-batch --jobs 2   # §5: batch x1/2 and x2
+    python study.py --part axes-gen --jobs 2     # §5: generations per prompt at a fixed batch
+    python study.py --part axes-model --jobs 2   # §5: a larger model (first builds its warm start)
+    python study.py --part axes --fit_only       # just the fits, tables and figures from logs/study/*.jsonl
 
 Each run is `python train.py <flags> --run_name <name> --log_dir logs/study` with the toy's defaults. A run
 whose log holds its final evaluation is not run again; kill the script at any time and start it again: an
 interrupted run resumes from its last checkpoint. Every minute a progress line gives each running run's step
-and latest pass rate. Results: logs/study/<part>.md (table), logs/study/<part>-fits.json, docs/study-<part>.png
-and, for the axes, docs/study-axis-<axis>.png.
+and latest pass rate. The parts of one family share a table: logs/study/<family>.md (seeds, loo or axes),
+logs/study/<family>-fits.json, docs/study-<family>.png and, for the axes, docs/study-axis-<axis>.png.
 """
 import argparse
 import glob
 import json
 import os
+import queue
 import shutil
 import subprocess
 import sys
@@ -31,39 +38,64 @@ DOCS_DIR = os.path.join(ROOT, "docs")  # the figures
 # step ~70 (C_mid ~ step 35), so the fit on the first half of the compute (the paper fits 8k of 16k and 50k of 100k
 # GPU-h) ends well past C_mid and predicts the last evaluation (README, The paper in miniature)
 SEEDS = {f"default-s{s}": ["--seed", str(s)] for s in range(3)}
-# name -> flags. LOO (paper §6, Fig. 7): one reverted choice each, at PipelineRL-8 with 8 steps of prompts in
-# flight so that lags reach k - 1 (the paper's staleness), plus no-NPR (not a LOO row in the paper)
+# name -> flags, in parts small enough to run in an afternoon: each part takes under 2 h with --jobs 2 on the
+# 2-core machine (a run takes ~28 min on one core, 10 training and 18 evaluating; times per part in the README).
+# The parts of one family (the name before "-") share one table and figure: logs/study/loo.md holds every LOO row
+# run so far. LOO (paper §6, Fig. 7): one reverted choice each, at PipelineRL-8 with 8 steps of prompts in flight
+# so that lags reach k - 1 (the paper's staleness), plus no-NPR (not a LOO row in the paper)
 STALE = ["--pipeline_depth", "8"]
 PARTS = {
     "seeds": SEEDS,
-    "loo": {
+    "loo": {  # the staleness rows: the off-policy schedule and the loss that must cope with stale tokens
         "stale-s0": [*STALE, "--seed", "0"],  # the reference for the LOO rows: the default at this depth
         "stale-s1": [*STALE, "--seed", "1"],
         "loo-8op": ["--mode", "ppo", "--k", "8"],  # PPO-off-policy-8 instead of PipelineRL-8
         "loo-dapo": [*STALE, "--loss", "dapo"],  # DAPO's clipped surrogate instead of CISPO
-        # the FP32 head only matters beside a bf16 body, which the toy on a CPU does not have (config.TOY): this
-        # row and its own reference run in bf16 (~4x slower on a CPU without native bf16)
-        "stale-bf16-s0": [*STALE, "--dtype", "bfloat16", "--seed", "0"],
-        "loo-fp32": [*STALE, "--dtype", "bfloat16", "--no_fp32_head"],  # LM head in bf16 on both sides
+        "loo-npr": [*STALE, "--no_npr"],  # no No-Positive-Resampling
+    },
+    "loo-more": {  # the rows that change how the batch is built and weighed (judged against part loo's stale-s*)
         "loo-savg": [*STALE, "--loss_agg", "sample"],  # sample-average loss aggregation
         "loo-plan": [*STALE, "--adv_norm", "prompt"],  # prompt-level advantage normalization
         "loo-batch": [*STALE, "--no_zero_var_filter"],  # zero-variance groups kept in the batch
         "loo-lp": [*STALE, "--length_penalty"],  # DAPO length penalty instead of forced interruptions
-        "loo-npr": [*STALE, "--no_npr"],  # no No-Positive-Resampling
     },
-    "axes": {  # paper §5, Table 1; axis name first in each run name
+    # the FP32 head only matters beside a bf16 body, which the toy on a CPU does not have (config.TOY): this row
+    # and its own reference run in bf16 (training ~4x slower on a CPU without native bf16)
+    "loo-bf16": {
+        "stale-bf16-s0": [*STALE, "--dtype", "bfloat16", "--seed", "0"],
+        "loo-fp32": [*STALE, "--dtype", "bfloat16", "--no_fp32_head"],  # LM head in bf16 on both sides
+    },
+    # paper §5, Table 1; axis name first in each run name
+    "axes-budget": {
         "budget2x-s0": ["--think_min_tokens", "2x", "--think_max_tokens", "2x", "--seed", "0"],
         "budget2x-s1": ["--think_min_tokens", "2x", "--think_max_tokens", "2x", "--seed", "1"],
+    },
+    "axes-batch": {
         "batch64-s0": ["--batch", "64", "--seed", "0"],
         "batch64-s1": ["--batch", "64", "--seed", "1"],
         "batch256-s0": ["--batch", "256", "--seed", "0"],
         "batch256-s1": ["--batch", "256", "--seed", "1"],
+    },
+    "axes-gen": {  # generations per prompt at a fixed batch of completions
+        "gen4-s0": ["--group", "4", "--seed", "0"],
+        "gen4-s1": ["--group", "4", "--seed", "1"],
+        "gen16-s0": ["--group", "16", "--seed", "0"],
+        "gen16-s1": ["--group", "16", "--seed", "1"],
+    },
+    "axes-model": {  # the first run builds toy-l's warm start (toy.py), cached for the second
         "model-l-s0": ["--model", "toy-l", "--seed", "0"],
         "model-l-s1": ["--model", "toy-l", "--seed", "1"],
-        "gen4-s0": ["--group", "4", "--seed", "0"],
-        "gen16-s0": ["--group", "16", "--seed", "0"],
     },
 }
+
+
+def family(part: str) -> str:
+    """The table a part's runs go in: seeds, loo or axes."""
+    return part.split("-")[0]
+
+
+def runs_of(table: str) -> list[str]:
+    return [n for part, runs in PARTS.items() if family(part) == table for n in runs]
 
 
 def flags_of(name: str) -> list[str]:
@@ -115,6 +147,26 @@ def run(name: str, core: int | None = None) -> bool:
     return status == 0
 
 
+def run_all(names: list[str], jobs: int) -> bool:
+    """Run these runs, `jobs` at a time; a lane takes the next run in order as soon as it is free (runs differ in
+    length: a batch-256 run trains twice as long). True when all finished."""
+    todo = queue.SimpleQueue()
+    for name in names:
+        todo.put(name)
+
+    def lane(core):  # lane j always uses core j (None: one lane, unpinned)
+        results = []
+        while True:
+            try:
+                name = todo.get_nowait()
+            except queue.Empty:
+                return all(results)
+            results.append(run(name, core=core))
+
+    with ThreadPoolExecutor(jobs) as pool:
+        return all(pool.map(lane, [None] if jobs == 1 else range(jobs)))
+
+
 def progress(names: list[str], stop: threading.Event, every_s: float = 60.0):
     """One line a minute: each unfinished run's last step and last evaluation."""
     t0 = time.time()
@@ -138,23 +190,25 @@ def fit_curve(logs: list[str], *extra: str) -> list[dict]:
     return [json.loads(line) for line in proc.stdout.splitlines()]
 
 
-def fit(part: str, margin: float = 0.02):
-    """Fits of this part's runs and the default's seeds: A, B, C_mid with bootstrap intervals (fit_curve.py), the
-    fit on the first half of each run's compute checked against its last evaluation, and a verdict against
-    the reference seeds as the paper compares recipes (§4): A beyond the margin first (its 95% interval too), else
-    B and C_mid against the seeds' range. The LOO rows are judged against the default at their own staleness
-    (stale-s*), and each row against the references of its own dtype."""
+def fit(table: str, margin: float = 0.02):
+    """Fits of a table's runs (seeds, loo or axes: every part of that family) and their references: A, B, C_mid
+    with bootstrap intervals (fit_curve.py), the fit on the first half of each run's compute checked against its
+    last evaluation, and a verdict against the references as the paper compares recipes (§4): A beyond the margin
+    first (its 95% interval too), else B and C_mid against the references' range. The axes are judged against the
+    default's seeds, the LOO rows against the default at their own staleness (stale-s*), each row against the
+    references of its own dtype."""
     import config
-    ref = [n for n in (PARTS["loo"] if part == "loo" else SEEDS) if n.startswith(("default-", "stale-"))]
-    dtype = {n: config.parse_args(flags_of(n)).dtype for n in [*ref, *PARTS[part]]}
-    names = [n for n in dict.fromkeys([*ref, *PARTS[part]]) if records(n)]
+    table_runs = runs_of(table)
+    ref = [n for n in (table_runs if table == "loo" else SEEDS) if n.startswith(("default-", "stale-"))]
+    dtype = {n: config.parse_args(flags_of(n)).dtype for n in [*ref, *table_runs]}
+    names = [n for n in dict.fromkeys([*ref, *table_runs]) if records(n)]
     logs = [os.path.join(LOG_DIR, f"{n}.jsonl") for n in names]
     if not logs:
-        print(f"study: no logs for part {part} yet")
+        print(f"study: no logs for table {table} yet")
         return
     rows = {r["run"]: r for r in fit_curve(logs, "--margin", str(margin))}
     halves = {r["run"]: r for r in fit_curve(logs, "--fit-fraction", "0.5", "--bootstrap", "0")}
-    with open(os.path.join(LOG_DIR, f"{part}-fits.json"), "w") as f:  # not .jsonl: fit_curve.py logs/study/*.jsonl
+    with open(os.path.join(LOG_DIR, f"{table}-fits.json"), "w") as f:  # not .jsonl: fit_curve.py logs/study/*.jsonl
         json.dump(list(rows.values()), f, indent=1)
     groups = {}  # dtype -> the reference runs with a fit: a row is judged against those of its own dtype
     for n in ref:
@@ -203,12 +257,12 @@ def fit(part: str, margin: float = 0.02):
                  "too), then B at the common A "
                  "(higher is better) and C_mid (lower is better) against the range of the reference runs of the "
                  "row's dtype.")
-    with open(os.path.join(LOG_DIR, f"{part}.md"), "w") as f:
+    with open(os.path.join(LOG_DIR, f"{table}.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
-    plots = {f"study-{part}.png": logs}
-    if part == "axes":  # one figure per axis: the reference seeds and that axis's runs
-        for axis in dict.fromkeys(n.split("-")[0] for n in PARTS["axes"]):
+    plots = {f"study-{table}.png": logs}
+    if table == "axes":  # one figure per axis: the reference seeds and that axis's runs
+        for axis in dict.fromkeys(n.split("-")[0] for n in table_runs):
             runs = [n for n in names if n.startswith(axis + "-")]
             if runs:  # an axis with no run yet gets no figure
                 plots[f"study-axis-{axis}.png"] = [log for n, log in zip(names, logs) if n in ref or n in runs]
@@ -219,15 +273,16 @@ def fit(part: str, margin: float = 0.02):
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--part", choices=list(PARTS), default="seeds", help="which runs (default: seeds)")
+    ap.add_argument("--part", choices=list(dict.fromkeys([*PARTS, *map(family, PARTS)])), default="seeds",
+                    help="which runs (default: seeds); axes runs every axes-* part (hours)")
     ap.add_argument("--runs", default="", help="comma-separated run names from any part, run in this order "
-                    "(default: all of --part); the fits are still those of --part")
+                    "(default: all of --part); the table is still that of --part")
     ap.add_argument("--fit_only", action="store_true", help="skip training; fit the logs that exist")
     ap.add_argument("--jobs", type=int, default=1, choices=[1, 2],
                     help="runs at a time; 2 pins each run to its own core (on 2 cores: more runs per hour, and "
                          "every run sees the same 1-core machine, so their device-hours stay comparable)")
     args = ap.parse_args()
-    names = [n for n in args.runs.split(",") if n] or list(PARTS[args.part])
+    names = [n for n in args.runs.split(",") if n] or list(PARTS.get(args.part) or runs_of(args.part))
     known = [n for part in PARTS.values() for n in part]
     unknown = [n for n in names if n not in known]
     if unknown:
@@ -237,15 +292,9 @@ if __name__ == "__main__":
     ok = True
     if not args.fit_only:
         os.makedirs(LOG_DIR, exist_ok=True)
-        todo = [n for n in names if not finished(n)]
         stop = threading.Event()
-        threading.Thread(target=progress, args=(todo, stop), daemon=True).start()
-        if args.jobs == 1:
-            ok = all([run(n) for n in todo])
-        else:  # worker j always uses core j
-            with ThreadPoolExecutor(args.jobs) as pool:
-                lanes = [todo[j::args.jobs] for j in range(args.jobs)]
-                ok = all(pool.map(lambda j: all([run(n, core=j) for n in lanes[j]]), range(args.jobs)))
+        threading.Thread(target=progress, args=([n for n in names if not finished(n)], stop), daemon=True).start()
+        ok = run_all([n for n in names if not finished(n)], args.jobs)
         stop.set()
-    fit(args.part)
+    fit(family(args.part))
     sys.exit(0 if ok else 1)

@@ -35,11 +35,37 @@ def test_2x_doubles_the_toy_preset():
 def test_each_axis_changes_one_thing_against_the_seeds():
     """An axis run differs from the default's seeds in its axis's flags and the seed only."""
     base = config.to_dict(config.parse_args(study.flags_of("default-s0")))
-    for name in study.PARTS["axes"]:
+    for name in study.runs_of("axes"):
         cfg = config.to_dict(config.parse_args(study.flags_of(name)))
         changed = {k for k in base if base[k] != cfg[k]} - {"seed"}
         typed = {f.removeprefix("--") for f in study.flags_of(name) if f.startswith("--")} - {"seed"}
         assert changed and changed <= typed | {"model_path"}, (name, changed)
+
+
+def test_every_run_has_one_part_and_every_part_one_table():
+    assert len(RUNS) == len(set(RUNS))
+    assert {study.family(p) for p in study.PARTS} == {"seeds", "loo", "axes"}
+    assert sorted(n for t in ("seeds", "loo", "axes") for n in study.runs_of(t)) == sorted(RUNS)
+
+
+def test_a_free_lane_takes_the_next_run(monkeypatch):
+    """Two lanes, one long run and three short ones: the short ones all go to the other lane, in order, so the
+    part ends with the long run (a fixed split of the list would put a short run after the long one)."""
+    import threading
+    import time
+    done = []
+    lock = threading.Lock()
+
+    def fake_run(name, core=None):  # the subprocess launcher; scheduling is what is tested here
+        time.sleep(0.6 if name == "long" else 0.1)
+        with lock:
+            done.append((name, core))
+        return name != "bad"
+
+    monkeypatch.setattr(study, "run", fake_run)
+    assert study.run_all(["long", "a", "b", "c"], jobs=2)
+    assert done == [("a", 1), ("b", 1), ("c", 1), ("long", 0)]
+    assert not study.run_all(["a", "bad"], jobs=1)
 
 
 def test_unknown_run_is_one_line_and_exit_2():
