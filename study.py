@@ -4,7 +4,7 @@ Each part fits an afternoon: wall-clock with --jobs 2 on the 2-core machine (REA
 
     python study.py --part seeds --jobs 2        # the default, 3 seeds: the axes' references (56 min)
     python study.py --part loo --jobs 2          # §6 at a staleness that binds: references, 8op, DAPO, no-NPR
-    python study.py --part loo-more --jobs 2     # §6: sample average, prompt-level norm, zero-var kept, length penalty
+    python study.py --part loo-more --jobs 2     # §6: sample average, prompt norm, zero-var kept, length penalty, clip
     python study.py --part loo-bf16 --jobs 2     # §6: the FP32 head, beside its bf16 reference
     python study.py --part axes-budget --jobs 2  # §5: thinking budget x2
     python study.py --part axes-batch --jobs 2   # §5: batch x1/2 and x2
@@ -58,6 +58,7 @@ PARTS = {
         "loo-plan": [*STALE, "--adv_norm", "prompt"],  # prompt-level advantage normalization
         "loo-batch": [*STALE, "--no_zero_var_filter"],  # zero-variance groups kept in the batch
         "loo-lp": [*STALE, "--length_penalty"],  # DAPO length penalty instead of forced interruptions
+        "loo-clip": [*STALE, "--grad_clip", "0"],  # the paper's no clipping (the toy preset clips at 1.0)
     },
     # the FP32 head only matters beside a bf16 body, which the toy on a CPU does not have (config.TOY): this row
     # and its own reference run in bf16 (training ~4x slower on a CPU without native bf16)
