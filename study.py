@@ -185,6 +185,20 @@ def progress(names: list[str], stop: threading.Event, every_s: float = 60.0):
         print(f"study: {time.time() - t0:.0f}s, {done}/{len(names)} done; " + "; ".join(parts), flush=True)
 
 
+def staleness(name: str) -> dict:
+    """Over a run's training steps, weighted by trained tokens (item 4 of the study): the mean lag in versions,
+    the share of tokens at the bound k - 1, and the share clipped (DAPO: clip active) or truncated (CISPO:
+    rho > eps_max)."""
+    import config
+    k = config.parse_args(flags_of(name)).k
+    steps, before, tok, lag, at_bound, clipped = [r for r in records(name) if r["kind"] == "train"], 0, 0, 0, 0, 0
+    for r in steps:
+        n, before = r["tokens"] - before, r["tokens"]  # r["tokens"] counts from the start of the run
+        tok, lag = tok + n, lag + n * sum(i * share for i, share in enumerate(r["lag_hist"]))
+        at_bound, clipped = at_bound + n * r["lag_hist"][k - 1], clipped + n * r["clip_frac"]
+    return {"lag": lag / max(tok, 1), "at_bound": at_bound / max(tok, 1), "clipped": clipped / max(tok, 1), "k": k}
+
+
 def fit_curve(logs: list[str], *extra: str) -> list[dict]:
     proc = subprocess.run([sys.executable, "fit_curve.py", *logs, "--json", *extra], cwd=ROOT, capture_output=True,
                           text=True)
@@ -237,8 +251,11 @@ def fit(table: str, margin: float = 0.02):
         return "same A; " + against("B", r["B_at_A_common"], [s["B_at_A_common"] for s in seeds], +1) + "; " + \
             against("C_mid", r["C_mid"], [s["C_mid"] for s in seeds], -1)
 
+    stale_cols = table == "loo"  # the LOO rows' staleness: lags, and the tokens the loss clips
     lines = ["| run | flags | A [95% CI] | B [95% CI] | C_mid device-h [95% CI] | R² | verdict | last eval ± s.e. | "
-             "predicted from first half | error |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "predicted from first half | error |" + (" mean lag | tokens at lag k − 1 | clipped tokens |"
+                                                    if stale_cols else ""),
+             "|---|---|---|---|---|---|---|---|---|---|" + ("---|---|---|" if stale_cols else "")]
     for name in names:
         r = rows.get(name)
         if r is None:
@@ -247,17 +264,21 @@ def fit(table: str, margin: float = 0.02):
         evals = [e for e in records(name) if e["kind"] == "eval"]
         se = evals[-1].get("pass_rate_se", float("nan")) if evals else float("nan")
         ci = {k: r.get(f"{k}_ci") or [float("nan")] * 2 for k in ("A", "B", "C_mid")}
+        st = staleness(name) if stale_cols else {}
         lines.append(
             f"| {name} | `{' '.join(flags_of(name))}` | {r['A']:.3f} [{ci['A'][0]:.3f}, {ci['A'][1]:.3f}] | "
             f"{r['B']:.2f} [{ci['B'][0]:.2f}, {ci['B'][1]:.2f}] | {r['C_mid']:.3g} [{ci['C_mid'][0]:.3g}, "
             f"{ci['C_mid'][1]:.3g}] | {r['r2']:.3f} | {verdict(r)} | {last.get('actual', float('nan')):.3f} ± {se:.3f} "
-            f"| {last.get('predicted', float('nan')):.3f} | {last.get('error', float('nan')):+.3f} |")
+            f"| {last.get('predicted', float('nan')):.3f} | {last.get('error', float('nan')):+.3f} |"
+            + (f" {st['lag']:.2f} | {st['at_bound']:.1%} (k = {st['k']}) | {st['clipped']:.3%} |" if st else ""))
     refs = "; ".join(f"{', '.join(r['run'] for r in g)} ({d}, A mean {sum(r['A'] for r in g) / len(g):.3f})"
                      for d, g in groups.items())
     lines.append(f"\nReference: {refs}; margin {margin}. Verdicts: A beyond the margin first (its 95% interval "
                  "too), then B at the common A "
                  "(higher is better) and C_mid (lower is better) against the range of the reference runs of the "
-                 "row's dtype.")
+                 "row's dtype." + (" Staleness over all training steps, weighted by trained tokens: lags in "
+                                   "versions; clipped is DAPO's share with its clip active, CISPO's share truncated "
+                                   "at eps_max, GRPO/GSPO's clip." if stale_cols else ""))
     with open(os.path.join(LOG_DIR, f"{table}.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -131,3 +131,20 @@ def test_loo_rows_are_judged_against_references_of_their_own_dtype(tmp_path, mon
             if line.startswith("| loo-")}
     assert "same A" in rows["loo-fp32"]
     assert "higher A" in rows["loo-dapo"]
+    assert "tokens at lag k − 1" in (tmp_path / "loo.md").read_text().splitlines()[0]  # the staleness columns
+
+
+def test_staleness_is_weighted_by_each_steps_trained_tokens(tmp_path, monkeypatch):
+    """A log's "tokens" is a running total: the second step trained 300 tokens, the first 100. A plain mean of the
+    steps' shares would give lag 3.5 and 50% at the bound (k = 8); weighted by tokens, 5.25 and 75%."""
+    monkeypatch.setattr(study, "LOG_DIR", str(tmp_path))
+    k = config.parse_args(study.flags_of("loo-dapo")).k
+    first, last = [0.0] * k, [0.0] * k
+    first[0], last[k - 1] = 1.0, 1.0
+    with open(tmp_path / "loo-dapo.jsonl", "w") as f:
+        f.write(json.dumps({"kind": "train", "step": 1, "tokens": 100, "lag_hist": first, "clip_frac": 0.0}) + "\n")
+        f.write(json.dumps({"kind": "train", "step": 2, "tokens": 400, "lag_hist": last, "clip_frac": 0.02}) + "\n")
+    st = study.staleness("loo-dapo")
+    assert st["k"] == k == 8
+    assert st["lag"] == pytest.approx(0.75 * (k - 1)) and st["at_bound"] == pytest.approx(0.75)
+    assert st["clipped"] == pytest.approx(0.015)
