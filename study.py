@@ -268,8 +268,9 @@ def fit(table: str, margin: float = 0.02):
         lines.append(
             f"| {name} | `{' '.join(flags_of(name))}` | {r['A']:.3f} [{ci['A'][0]:.3f}, {ci['A'][1]:.3f}] | "
             f"{r['B']:.2f} [{ci['B'][0]:.2f}, {ci['B'][1]:.2f}] | {r['C_mid']:.3g} [{ci['C_mid'][0]:.3g}, "
-            f"{ci['C_mid'][1]:.3g}] | {r['r2']:.3f} | {verdict(r)} | {last.get('actual', float('nan')):.3f} ± {se:.3f} "
-            f"| {last.get('predicted', float('nan')):.3f} | {last.get('error', float('nan')):+.3f} |"
+            f"{ci['C_mid'][1]:.3g}] | {r['r2']:.3f} | {verdict(r)} | "
+            f"{last.get('actual', float('nan')):.3f} ± {se:.3f} | {last.get('predicted', float('nan')):.3f} | "
+            f"{last.get('error', float('nan')):+.3f} |"
             + (f" {st['lag']:.2f} | {st['at_bound']:.1%} (k = {st['k']}) | {st['clipped']:.3%} |" if st else ""))
     refs = "; ".join(f"{', '.join(r['run'] for r in g)} ({d}, A mean {sum(r['A'] for r in g) / len(g):.3f})"
                      for d, g in groups.items())
