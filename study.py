@@ -53,7 +53,7 @@ PARTS = {
         "loo-dapo": [*STALE, "--loss", "dapo"],  # DAPO's clipped surrogate instead of CISPO
         "loo-npr": [*STALE, "--no_npr"],  # no No-Positive-Resampling
     },
-    "loo-more": {  # the rows that change how the batch is built and weighed (judged against part loo's stale-s*)
+    "loo-more": {  # the other rows: batch and loss shape, length control, clipping (judged against loo's stale-s*)
         "loo-savg": [*STALE, "--loss_agg", "sample"],  # sample-average loss aggregation
         "loo-plan": [*STALE, "--adv_norm", "prompt"],  # prompt-level advantage normalization
         "loo-batch": [*STALE, "--no_zero_var_filter"],  # zero-variance groups kept in the batch
