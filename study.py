@@ -186,17 +186,21 @@ def progress(names: list[str], stop: threading.Event, every_s: float = 60.0):
 
 
 def staleness(name: str) -> dict:
-    """Over a run's training steps, weighted by trained tokens (item 4 of the study): the mean lag in versions,
-    the share of tokens at the bound k - 1, and the share clipped (DAPO: clip active) or truncated (CISPO:
-    rho > eps_max)."""
+    """Over a run's training steps, weighted by each step's trained tokens: the mean lag in versions, the share
+    of tokens at the bound k - 1 (the paper's staleness, §3.1), and the share clipped (DAPO: clip active) or
+    truncated (CISPO: rho > eps_max)."""
     import config
     k = config.parse_args(flags_of(name)).k
-    steps, before, tok, lag, at_bound, clipped = [r for r in records(name) if r["kind"] == "train"], 0, 0, 0, 0, 0
-    for r in steps:
-        n, before = r["tokens"] - before, r["tokens"]  # r["tokens"] counts from the start of the run
-        tok, lag = tok + n, lag + n * sum(i * share for i, share in enumerate(r["lag_hist"]))
-        at_bound, clipped = at_bound + n * r["lag_hist"][k - 1], clipped + n * r["clip_frac"]
-    return {"lag": lag / max(tok, 1), "at_bound": at_bound / max(tok, 1), "clipped": clipped / max(tok, 1), "k": k}
+    steps = [r for r in records(name) if r["kind"] == "train"]
+    totals = [r["tokens"] for r in steps]  # trained tokens from the start of the run
+    weights = [b - a for a, b in zip([0, *totals], totals)]  # each step's own
+    tokens = max(sum(weights), 1)
+
+    def mean(value):  # token-weighted mean of value(step record)
+        return sum(w * value(r) for w, r in zip(weights, steps)) / tokens
+
+    return {"lag": mean(lambda r: sum(i * share for i, share in enumerate(r["lag_hist"]))),
+            "at_bound": mean(lambda r: r["lag_hist"][k - 1]), "clipped": mean(lambda r: r["clip_frac"]), "k": k}
 
 
 def fit_curve(logs: list[str], *extra: str) -> list[dict]:
@@ -316,8 +320,9 @@ if __name__ == "__main__":
     if not args.fit_only:
         os.makedirs(LOG_DIR, exist_ok=True)
         stop = threading.Event()
-        threading.Thread(target=progress, args=([n for n in names if not finished(n)], stop), daemon=True).start()
-        ok = run_all([n for n in names if not finished(n)], args.jobs)
+        todo = [n for n in names if not finished(n)]  # each check reads the run's log
+        threading.Thread(target=progress, args=(todo, stop), daemon=True).start()
+        ok = run_all(todo, args.jobs)
         stop.set()
     fit(family(args.part))
     sys.exit(0 if ok else 1)
