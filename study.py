@@ -2,14 +2,15 @@
 rows of §6, and the scaling axes of §5, then sigmoid fits, the paper's comparison and the fit-on-half check.
 Each part fits an afternoon: wall-clock with --jobs 2 on the 2-core machine (README, The paper in miniature):
 
-    python study.py --part seeds --jobs 2        # the default, 3 seeds: the axes' references (56 min)
+    python study.py --part seeds --jobs 2        # the default, 4 seeds: the axes' references (56 min)
     python study.py --part loo --jobs 2          # §6 at a staleness that binds: references, 8op, DAPO, no-NPR
     python study.py --part loo-more --jobs 2     # §6: sample average, prompt norm, zero-var kept, length penalty, clip
     python study.py --part loo-bf16 --jobs 2     # §6: the FP32 head, beside its bf16 reference
     python study.py --part axes-budget --jobs 2  # §5: thinking budget x2
     python study.py --part axes-batch --jobs 2   # §5: batch x1/2 and x2
     python study.py --part axes-gen --jobs 2     # §5: generations per prompt at a fixed batch
-    python study.py --part axes-model --jobs 2   # §5: a larger model (first builds its warm start)
+    python study.py --part axes-model --jobs 2   # §5: a smaller model, toy-s (first builds its warm start)
+    python study.py --part axes-model-l --jobs 2 # §5: a larger model, toy-l (its warm start alone takes hours)
     python study.py --part axes --fit_only       # just the fits, tables and figures from logs/study/*.jsonl
 
 Each run is `python train.py <flags> --run_name <name> --log_dir logs/study` with the toy's defaults. A run
@@ -21,8 +22,10 @@ logs/study/<family>-fits.json, docs/study-<family>.png and, for the axes, docs/s
 import argparse
 import glob
 import json
+import math
 import os
 import queue
+import re
 import shutil
 import subprocess
 import sys
@@ -37,7 +40,7 @@ DOCS_DIR = os.path.join(ROOT, "docs")  # the figures
 # The default's seeds run the toy's own steps (config.TOY: 200, evaluated every 10): the run reaches its plateau by
 # step ~70 (C_mid ~ step 35), so the fit on the first half of the compute (the paper fits 8k of 16k and 50k of 100k
 # GPU-h) ends well past C_mid and predicts the last evaluation (README, The paper in miniature)
-SEEDS = {f"default-s{s}": ["--seed", str(s)] for s in range(3)}
+SEEDS = {f"default-s{s}": ["--seed", str(s)] for s in range(4)}
 # name -> flags, in parts small enough to run in an afternoon: each part takes under 2 h with --jobs 2 on the
 # 2-core machine (a run takes ~28 min on one core, 10 training and 18 evaluating; times per part in the README).
 # The parts of one family (the name before "-") share one table and figure: logs/study/loo.md holds every LOO row
@@ -49,6 +52,7 @@ PARTS = {
     "loo": {  # the staleness rows: the off-policy schedule and the loss that must cope with stale tokens
         "stale-s0": [*STALE, "--seed", "0"],  # the reference for the LOO rows: the default at this depth
         "stale-s1": [*STALE, "--seed", "1"],
+        "stale-s2": [*STALE, "--seed", "2"],
         "loo-8op": ["--mode", "ppo", "--k", "8"],  # PPO-off-policy-8 instead of PipelineRL-8
         "loo-dapo": [*STALE, "--loss", "dapo"],  # DAPO's clipped surrogate instead of CISPO
         "loo-npr": [*STALE, "--no_npr"],  # no No-Positive-Resampling
@@ -83,7 +87,14 @@ PARTS = {
         "gen16-s0": ["--group", "16", "--seed", "0"],
         "gen16-s1": ["--group", "16", "--seed", "1"],
     },
-    "axes-model": {  # the first run builds toy-l's warm start (toy.py), cached for the second
+    # model size: the toy against a smaller toy-s (the toy is the larger model of the pair) and a larger toy-l.
+    # Each run builds its model's warm start on first use (toy.py; two lanes at once both build it, and the
+    # first to finish is kept): toy-s in minutes, toy-l in hours, so toy-l has a part of its own
+    "axes-model": {
+        "model-s-s0": ["--model", "toy-s", "--seed", "0"],
+        "model-s-s1": ["--model", "toy-s", "--seed", "1"],
+    },
+    "axes-model-l": {
         "model-l-s0": ["--model", "toy-l", "--seed", "0"],
         "model-l-s1": ["--model", "toy-l", "--seed", "1"],
     },
@@ -209,6 +220,57 @@ def fit_curve(logs: list[str], *extra: str) -> list[dict]:
     return [json.loads(line) for line in proc.stdout.splitlines()]
 
 
+def setting(name: str) -> str:
+    """A run's name without its seed: "batch64-s1" -> "batch64", "model-s-s0" -> "model-s", "loo-dapo" as is."""
+    return re.sub(r"-s\d+$", "", name)
+
+
+def effects(rows: dict, groups: dict, dtype: dict) -> list[str]:
+    """Each setting against its references, pooled over seeds: the difference of the means of A and of B (at the
+    common A) and the ratio of C_mid (compared in log), each with a 95% interval from Student's t on the seed spread
+    pooled over every group with two or more seeds (a setting with one seed is assumed to spread as the others do).
+    A run whose A is not identified (95% interval wider than 0.1: the run ends before its rise, and its B and C_mid
+    mean nothing either) is left out."""
+    import numpy as np
+    from scipy import stats
+    fitted = {n: r for n, r in rows.items() if r.get("A_ci") and r["A_ci"][1] - r["A_ci"][0] <= 0.1 and r["C_mid"] > 0}
+    values = {"A": {n: r["A"] for n, r in fitted.items()}, "B": {n: r["B_at_A_common"] for n, r in fitted.items()},
+              "C_mid": {n: math.log(r["C_mid"]) for n, r in fitted.items()}}  # quantity -> run -> value
+    ref_names = {d: [r["run"] for r in g] for d, g in groups.items()}
+    settings = {}  # setting -> its runs (the references' seeds form one setting per dtype)
+    for n in rows:
+        settings.setdefault(setting(n), []).append(n)
+    lines = ["| setting | runs | A | ΔA vs reference [95% CI] | ΔB [95% CI] | C_mid ratio [95% CI] | separated from "
+             "seed spread |", "|---|---|---|---|---|---|---|"]
+    for name, runs in settings.items():
+        refs = ref_names.get(dtype[runs[0]], [])
+        if not refs or set(runs) == set(refs):
+            continue
+        cells, separated = [], []
+        for q, v in values.items():
+            x, y = [v[n] for n in runs if n in v], [v[n] for n in refs if n in v]
+            groups_q = [[v[n] for n in g if n in v] for g in settings.values()]
+            dof = sum(len(g) - 1 for g in groups_q if len(g) > 1)
+            if not x or not y or not dof:
+                cells.append("n/a")
+                continue
+            sd = math.sqrt(sum(float(np.var(g, ddof=1)) * (len(g) - 1) for g in groups_q if len(g) > 1) / dof)
+            d = float(np.mean(x) - np.mean(y))
+            half = float(stats.t.ppf(0.975, dof)) * sd * math.sqrt(1 / len(x) + 1 / len(y))
+            if q == "C_mid":  # a ratio: C_mid below 1x is faster
+                cells.append(f"{math.exp(d):.2f}x [{math.exp(d - half):.2f}, {math.exp(d + half):.2f}]")
+            else:
+                cells.append(f"{d:+.3f} [{d - half:+.3f}, {d + half:+.3f}]" if q == "A"
+                             else f"{d:+.2f} [{d - half:+.2f}, {d + half:+.2f}]")
+            if abs(d) > half:
+                separated.append({"A": "higher A" if d > 0 else "lower A", "B": "higher B" if d > 0 else "lower B",
+                                  "C_mid": "lower C_mid" if d < 0 else "higher C_mid"}[q])
+        a = [values["A"][n] for n in runs if n in values["A"]]
+        lines.append(f"| {name} | {len(runs)} | {f'{np.mean(a):.3f}' if a else 'not identified'} | "
+                     f"{' | '.join(cells)} | {', '.join(separated) or 'none'} |")
+    return lines
+
+
 def fit(table: str, margin: float = 0.02):
     """Fits of a table's runs (seeds, loo or axes: every part of that family) and their references: A, B, C_mid
     with bootstrap intervals (fit_curve.py), the fit on the first half of each run's compute checked against its
@@ -284,6 +346,9 @@ def fit(table: str, margin: float = 0.02):
                  "row's dtype." + (" Staleness over all training steps, weighted by trained tokens: lags in "
                                    "versions; clipped is DAPO's share with its clip active, CISPO's share truncated "
                                    "at eps_max, GRPO/GSPO's clip." if stale_cols else ""))
+    lines += ["", "Each setting pooled over its seeds against its references (differences of means, 95% intervals "
+              "from the seed spread pooled over every group with two or more seeds; C_mid as a ratio):", "",
+              *effects(rows, groups, dtype)]
     with open(os.path.join(LOG_DIR, f"{table}.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))

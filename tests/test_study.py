@@ -127,8 +127,8 @@ def test_loo_rows_are_judged_against_references_of_their_own_dtype(tmp_path, mon
     for name, a in [("stale-s0", 0.60), ("stale-bf16-s0", 0.75), ("loo-fp32", 0.75), ("loo-dapo", 0.75)]:
         _write_log(tmp_path / f"{name}.jsonl", name, steps, a=a)
     study.fit("loo")
-    rows = {line.split("|")[1].strip(): line for line in (tmp_path / "loo.md").read_text().splitlines()
-            if line.startswith("| loo-")}
+    rows = {line.split("|")[1].strip(): line for line in (tmp_path / "loo.md").read_text().split("pooled")[0]
+            .splitlines() if line.startswith("| loo-")}  # the runs' table, not the pooled one below it
     assert "same A" in rows["loo-fp32"]
     assert "higher A" in rows["loo-dapo"]
     assert "tokens at lag k − 1" in (tmp_path / "loo.md").read_text().splitlines()[0]  # the staleness columns
@@ -148,3 +148,29 @@ def test_staleness_is_weighted_by_each_steps_trained_tokens(tmp_path, monkeypatc
     assert st["k"] == k == 8
     assert st["lag"] == pytest.approx(0.75 * (k - 1)) and st["at_bound"] == pytest.approx(0.75)
     assert st["clipped"] == pytest.approx(0.015)
+
+
+def test_a_setting_is_its_run_name_without_the_seed():
+    assert [study.setting(n) for n in ("batch64-s1", "model-s-s0", "stale-s12", "loo-savg", "loo-dapo")] == \
+        ["batch64", "model-s", "stale", "loo-savg", "loo-dapo"]
+
+
+def test_settings_pooled_over_seeds_are_separated_by_the_seed_spread(tmp_path, monkeypatch):
+    """Two seeds per setting, ceilings 0.02 apart within each: a setting 0.15 above the references is separated
+    (the interval from the pooled spread, t with 3 degrees of freedom, is ~±0.05), one 0.01 above is not."""
+    monkeypatch.setattr(study, "LOG_DIR", str(tmp_path))
+    monkeypatch.setattr(study, "DOCS_DIR", str(tmp_path))
+    steps = config.TOY["max_steps"]
+    for name, a in [("default-s0", 0.64), ("default-s1", 0.66), ("batch64-s0", 0.79), ("batch64-s1", 0.81),
+                    ("gen4-s0", 0.65), ("gen4-s1", 0.67)]:
+        _write_log(tmp_path / f"{name}.jsonl", name, steps, a=a)
+    study.fit("axes")
+    text = (tmp_path / "axes.md").read_text()
+    rows = {line.split("|")[1].strip(): line for line in text.split("pooled over its seeds")[1].splitlines()
+            if line.startswith("| ")}
+    assert "default" not in rows  # the references are not compared with themselves
+    assert rows["batch64"].split("|")[2].strip() == "2"
+    assert "higher A" in rows["batch64"].split("|")[-2]
+    assert "higher A" not in rows["gen4"].split("|")[-2] and "lower A" not in rows["gen4"].split("|")[-2]
+    lo, hi = (float(x) for x in rows["gen4"].split("|")[4].split("[")[1].rstrip("] ").split(","))
+    assert lo < 0.01 < hi and hi - lo < 0.2
