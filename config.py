@@ -31,7 +31,7 @@ import toy
 class Config:
     """The resolved run: built once by parse_args and never changed after validation (frozen)."""
     # --- run ---
-    model: str = "toy"  # toy | toy-l (built and cached by toy.py) or any HF causal LM name/path
+    model: str = "toy"  # toy | toy-s | toy-l (built and cached by toy.py) or any HF causal LM name/path
     dataset: str = "toy"  # toy | box (generated, for small chat models) | polaris | deepscaler | gsm8k | math | path/to/file.jsonl|.parquet
     eval_dataset: str = ""  # "" = 1,000 held out of --dataset (paper §2.1) or its named eval set; math500 | aime24 | gsm8k_test | a file
     reward: Literal["math", "exact"] = "math"  # math-verify on the last \boxed{}; or the answer's first line verbatim

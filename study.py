@@ -266,7 +266,8 @@ def effects(rows: dict, groups: dict, dtype: dict) -> list[str]:
                 separated.append({"A": "higher A" if d > 0 else "lower A", "B": "higher B" if d > 0 else "lower B",
                                   "C_mid": "lower C_mid" if d < 0 else "higher C_mid"}[q])
         a = [values["A"][n] for n in runs if n in values["A"]]
-        lines.append(f"| {name} | {len(runs)} | {f'{np.mean(a):.3f}' if a else 'not identified'} | "
+        used = f" ({len(a)} with A identified)" if len(a) < len(runs) else ""
+        lines.append(f"| {name} | {len(runs)}{used} | {f'{np.mean(a):.3f}' if a else 'not identified'} | "
                      f"{' | '.join(cells)} | {', '.join(separated) or 'none'} |")
     return lines
 
@@ -292,8 +293,9 @@ def fit(table: str, margin: float = 0.02):
     with open(os.path.join(LOG_DIR, f"{table}-fits.json"), "w") as f:  # not .jsonl: fit_curve.py logs/study/*.jsonl
         json.dump(list(rows.values()), f, indent=1)
     groups = {}  # dtype -> the reference runs with a fit: a row is judged against those of its own dtype
+    done = {n: r for n, r in rows.items() if finished(n)}  # a run still training is shown, but judges nothing
     for n in ref:
-        if n in rows:
+        if n in done:
             groups.setdefault(dtype[n], []).append(rows[n])
 
     def against(name, value, values, sign):  # sign +1: higher is better (B); -1: lower is better (C_mid)
@@ -302,6 +304,8 @@ def fit(table: str, margin: float = 0.02):
         return f"{name} " + ("better" if sign * (value - sum(values) / len(values)) > 0 else "worse")
 
     def verdict(r):
+        if r["run"] not in done:
+            return "unfinished"
         if r["run"] in ref:
             return "reference"
         seeds = groups.get(dtype[r["run"]], [])
@@ -348,7 +352,7 @@ def fit(table: str, margin: float = 0.02):
                                    "at eps_max, GRPO/GSPO's clip." if stale_cols else ""))
     lines += ["", "Each setting pooled over its seeds against its references (differences of means, 95% intervals "
               "from the seed spread pooled over every group with two or more seeds; C_mid as a ratio):", "",
-              *effects(rows, groups, dtype)]
+              *effects(done, groups, dtype)]
     with open(os.path.join(LOG_DIR, f"{table}.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))

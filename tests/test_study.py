@@ -157,18 +157,21 @@ def test_a_setting_is_its_run_name_without_the_seed():
 
 def test_settings_pooled_over_seeds_are_separated_by_the_seed_spread(tmp_path, monkeypatch):
     """Two seeds per setting, ceilings 0.02 apart within each: a setting 0.15 above the references is separated
-    (the interval from the pooled spread, t with 3 degrees of freedom, is ~±0.05), one 0.01 above is not."""
+    (the interval from the pooled spread, t with 3 degrees of freedom, is ~±0.05), one 0.01 above is not, and a
+    run still training is shown but not compared."""
     monkeypatch.setattr(study, "LOG_DIR", str(tmp_path))
     monkeypatch.setattr(study, "DOCS_DIR", str(tmp_path))
     steps = config.TOY["max_steps"]
     for name, a in [("default-s0", 0.64), ("default-s1", 0.66), ("batch64-s0", 0.79), ("batch64-s1", 0.81),
                     ("gen4-s0", 0.65), ("gen4-s1", 0.67)]:
         _write_log(tmp_path / f"{name}.jsonl", name, steps, a=a)
+    _write_log(tmp_path / "gen16-s0.jsonl", "gen16-s0", steps // 2, a=0.9)  # still training: judges nothing
     study.fit("axes")
     text = (tmp_path / "axes.md").read_text()
+    assert "| unfinished |" in next(line for line in text.splitlines() if line.startswith("| gen16-s0 "))
     rows = {line.split("|")[1].strip(): line for line in text.split("pooled over its seeds")[1].splitlines()
             if line.startswith("| ")}
-    assert "default" not in rows  # the references are not compared with themselves
+    assert "default" not in rows and "gen16" not in rows  # no reference against itself, no unfinished run
     assert rows["batch64"].split("|")[2].strip() == "2"
     assert "higher A" in rows["batch64"].split("|")[-2]
     assert "higher A" not in rows["gen4"].split("|")[-2] and "lower A" not in rows["gen4"].split("|")[-2]
