@@ -241,6 +241,11 @@ def effects(rows: dict, groups: dict, dtype: dict) -> list[str]:
     settings = {}  # setting -> its runs (the references' seeds form one setting per dtype)
     for n in rows:
         settings.setdefault(setting(n), []).append(n)
+    spread = {}  # quantity -> (pooled seed standard deviation, its degrees of freedom): the same for every setting
+    for q, v in values.items():
+        seeded = [g for g in ([v[n] for n in runs if n in v] for runs in settings.values()) if len(g) > 1]
+        dof = sum(len(g) - 1 for g in seeded)
+        spread[q] = (math.sqrt(sum(float(np.var(g, ddof=1)) * (len(g) - 1) for g in seeded) / dof) if dof else 0.0, dof)
     lines = ["| setting | runs | A | ΔA vs reference [95% CI] | ΔB [95% CI] | C_mid ratio [95% CI] | separated from "
              "seed spread |", "|---|---|---|---|---|---|---|"]
     for name, runs in settings.items():
@@ -250,12 +255,10 @@ def effects(rows: dict, groups: dict, dtype: dict) -> list[str]:
         cells, separated = [], []
         for q, v in values.items():
             x, y = [v[n] for n in runs if n in v], [v[n] for n in refs if n in v]
-            groups_q = [[v[n] for n in g if n in v] for g in settings.values()]
-            dof = sum(len(g) - 1 for g in groups_q if len(g) > 1)
+            sd, dof = spread[q]
             if not x or not y or not dof:
                 cells.append("n/a")
                 continue
-            sd = math.sqrt(sum(float(np.var(g, ddof=1)) * (len(g) - 1) for g in groups_q if len(g) > 1) / dof)
             d = float(np.mean(x) - np.mean(y))
             half = float(stats.t.ppf(0.975, dof)) * sd * math.sqrt(1 / len(x) + 1 / len(y))
             if q == "C_mid":  # a ratio: C_mid below 1x is faster
