@@ -18,8 +18,9 @@
    the loop from its start: the same initial weights, prompts, sampling seeds and learning rates, each step's
    weights pushed to the engine untimed, so both sides sample the same completions (checked: their mean length
    per step) and do the same work (on other batches, vLLM alone varied by +-16% over rounds of 3 toy batches).
-   With --rounds N, N loop runs, each paired with its own replay, give N overheads and the 95% interval of
-   their mean. Pin it on a small CPU (README, Speed). With --scale_lengths, the same two limits with
+   With --rounds N, N loop runs, each paired with its own replay run right before or after it (the order
+   alternating), give N overheads, the 95% interval of their mean and the rounds that +-2 points would take.
+   Pin it on a small CPU (README, Speed). With --scale_lengths, the same two limits with
    completions forced to each length; with --padding, what the trainer's padding costs against its
    alternatives (padding_alternatives).
 On CPU it also reports torch's thread count beside vLLM's engine and the trainer's time on 1 thread.
@@ -32,6 +33,7 @@ On CPU it also reports torch's thread count beside vLLM's engine and the trainer
 """
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -71,14 +73,17 @@ def loop(flags: list[str], steps: int, skip: int) -> dict:
     return med
 
 
-def limits(flags: list[str], repeats: int, lengths: list[int], rounds: int = 1, skip: int = 0, padding: bool = False
-           ) -> dict:
+def limits(flags: list[str], repeats: int, lengths: list[int], rounds: int = 1, skip: int = 0, padding: bool = False,
+           loop_round=None) -> dict:
     """vLLM alone and the trainer alone, in this process, on batches of the run's own prompts. The trainer
     alone runs the functions train.py runs (policy.effective_batch, micro_batches, backward, optimizer_step).
     The run's own lengths are measured `rounds` times, each a replay of the loop's steps skip+1..skip+repeats
     (a fresh sampler: the same prompts and serials, so the same sampling seeds): out["rounds"] holds each
-    round's seconds per replayed step, generate + train, to pair with one loop run each. With padding, also
-    padding_alternatives on the last round's steps."""
+    round's seconds per replayed step, generate + train, to pair with one loop run each. With loop_round (a
+    callable running the loop once, e.g. `loop`), each round also runs the loop, next to its replay in time and
+    in the order loop, replay / replay, loop / loop, replay ... so that a machine's drift falls on both sides
+    alike (run before all replays, the loops met another hour's machine); out["loops"] holds its results. With
+    padding, also padding_alternatives on the last round's steps."""
     import dataclasses
 
     import torch
@@ -141,9 +146,11 @@ def limits(flags: list[str], repeats: int, lengths: list[int], rounds: int = 1, 
     start = {name: t.detach().clone() for name, t in model.state_dict().items()}  # the loop's initial weights
     _, _, groups = generate(None)  # warm-up, not timed: the engine's first batch compiles its kernels (seconds)
     train(groups, cfg.zero_var_filter)
-    out["rounds"], out["rounds_tokens"], replayed = [], [], []
+    out["rounds"], out["rounds_tokens"], out["loops"], replayed = [], [], [], []
     gen_t, grade_t, train_t = [], [], []
-    for _ in range(rounds):  # replay the loop from its start: same weights, prompts, seeds, learning rates
+    for i in range(rounds):  # replay the loop from its start: same weights, prompts, seeds, learning rates
+        if loop_round and i % 2 == 0:
+            out["loops"].append(loop_round())
         model.load_state_dict(start)
         optimizer.state.clear()
         gen.update_weights(policy.full_weights(model))
@@ -164,6 +171,12 @@ def limits(flags: list[str], repeats: int, lengths: list[int], rounds: int = 1, 
             tokens_per_step.append(statistics.mean(len(s.token_ids) for g in groups for s in g.samples))
         out["rounds"].append(list(zip(gen_t[-repeats:], grade_t[-repeats:], train_t[-repeats:])))
         out["rounds_tokens"].append(tokens_per_step)
+        if loop_round and i % 2 == 1:
+            out["loops"].append(loop_round())
+        if loop_round:  # a progress line per round: a long measurement (--rounds 20) shows how it converges
+            alone, step = out["rounds"][-1], out["loops"][-1]["step_s"][:repeats]
+            print(f"round {i + 1}/{rounds}: overhead {1 - sum(a[0] + a[2] for a in alone) / sum(step):.1%}",
+                  flush=True)
     out["run"] = {"generate": statistics.median(gen_t), "grade": statistics.median(grade_t),
                   "train": statistics.median(train_t), "tokens": statistics.mean(tokens_per_step)}
     for length in lengths:  # forced lengths: every group kept (their rewards say nothing), no weight sync
@@ -352,10 +365,11 @@ def main():
         sys.exit("error: need --rounds >= 1, 0 <= --skip < --steps and 0 <= --repeats <= --steps - --skip")
     repeats = args.repeats or args.steps - args.skip
     lengths = [int(x) for x in args.scale_lengths.split(",") if x]
-    runs = [loop(flags, args.steps, args.skip) for _ in range(args.rounds)]
+    lim = limits(flags, repeats, lengths, args.rounds, args.skip, args.padding,
+                 loop_round=lambda: loop(flags, args.steps, args.skip))
+    runs = lim["loops"]  # each loop run, paired with the replay next to it in time
     run = {k: statistics.median(r[k] for r in runs) for k, v in runs[0].items() if isinstance(v, (int, float))}
     run["config"] = runs[0]["config"]  # the table's numbers: medians over rounds; per-step lists stay per run
-    lim = limits(flags, repeats, lengths, args.rounds, args.skip, args.padding)
     cfg = run["config"]
     print(f"bench: {' '.join(flags)} | {cfg['batch']} = {cfg['batch'] // cfg['group']} x {cfg['group']} completions per step, "
           f"{cfg['device']}, medians over steps {args.skip + 1}-{args.steps}")
@@ -377,9 +391,10 @@ def main():
         each = [1 - sum(sum(x[i] for i in parts) for x in alone) / sum(r["step_s"][:len(alone)])
                 for r, alone in zip(runs, lim["rounds"])]
         spread = ""
-        if len(each) > 1:  # Student-t 95% interval of the mean over rounds
+        if len(each) > 1:  # Student-t 95% interval of the mean over rounds, and the rounds ±2 points would take
             from scipy.stats import t as student_t
-            spread = f" ± {student_t.ppf(0.975, len(each) - 1) * statistics.stdev(each) / len(each) ** 0.5:.1%}"
+            t, sd = student_t.ppf(0.975, len(each) - 1), statistics.stdev(each)
+            spread = f" ± {t * sd / len(each) ** 0.5:.1%} (±2 points: ~{math.ceil((t * sd / 0.02) ** 2)} rounds)"
         return f"{statistics.mean(each):.1%}{spread} (rounds: {', '.join(f'{x:.1%}' for x in each)})"
     same = [abs(a - b) < 1e-9 for r, replay in zip(runs, lim["rounds_tokens"]) for a, b in zip(r["step_tokens"], replay)]
     print(f"the replay sampled the loop's completions (the same mean length) on {sum(same)} of {len(same)} steps")

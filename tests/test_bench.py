@@ -21,14 +21,19 @@ def test_overhead_pairs_each_loop_run_with_its_own_replay(toy_path):
     proc = bench("--dtype", "float32", "--rounds", "2", "--steps", "3", "--skip", "1", "--padding", "--out_dir", OUT)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert re.search(r"^step\s+\d+\.\d+$", proc.stdout, re.M), proc.stdout
-    pattern = r"(-?[\d.]+)% ± ([\d.]+)% \(rounds: (.*)\)"
+    # a line per round as it ends (loop and replay next to each other in time), then the interval and the rounds
+    # that +-2 points would take at this spread
+    assert re.findall(r"^round (\d)/2: overhead -?[\d.]+%$", proc.stdout, re.M) == ["1", "2"], proc.stdout
+    pattern = r"(-?[\d.]+)% ± ([\d.]+)% \(±2 points: ~(\d+) rounds\) \(rounds: (.*)\)"
     with_grader = re.search(r"^overhead over vLLM \+ trainer alone: " + pattern + r" over 2 round\(s\)$", proc.stdout, re.M)
     bookkeeping = re.search(r"^overhead over vLLM \+ grader \+ trainer alone, the loop's own bookkeeping: " + pattern + "$",
                             proc.stdout, re.M)
     assert with_grader and bookkeeping, proc.stdout
     rounds = []
     for line in (with_grader, bookkeeping):
-        each = [float(x.rstrip("%")) for x in line.group(3).split(", ")]
+        each = [float(x.rstrip("%")) for x in line.group(4).split(", ")]
+        # the rounds asked of +-2 points follow from the interval: t * sd / sqrt(2) = half-width, so n = 2 (hw / 2)^2
+        assert abs(int(line.group(3)) - 2 * (float(line.group(2)) / 2) ** 2) <= 2 + 0.01 * int(line.group(3))
         assert len(each) == 2 and abs(sum(each) / 2 - float(line.group(1))) < 0.06
         assert all(-100 < x < 100 for x in each)  # a replay of the same steps, not a different workload
         rounds.append(each)
