@@ -119,10 +119,10 @@ def limits(flags: list[str], repeats: int, lengths: list[int], rounds: int = 1, 
             if length else cfg
         gen.min_tokens = length or 0
         uids = set()
+        t0 = time.time()  # from the draw, as the loop's generate phase: vLLM's add_request is vLLM's work too
         for idx, serial in sampler.draw(cfg.prompts_per_step):
             gen.submit(str(serial), idx, train_rows[idx]["prompt_ids"], train_rows[idx]["answer"], cfg.group, serial)
             uids.add(str(serial))
-        t0 = time.time()
         groups = gen.run_until_done(uids, "bench")
         t1 = time.time()
         grade_groups(groups, grade, cfg)
