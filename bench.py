@@ -6,23 +6,23 @@
     python bench.py --batch 512 --scale_lengths 32,128 # cost against batch size and completion length
     python bench.py --padding                          # the trainer packed at smaller budgets, and unpacked
 
-1. Runs train.py itself (the real loop) for --steps steps without evaluation or checkpoints and prints, per
-   phase, the median seconds per step over the steps after --skip: generate, grade, trainer forward/backward,
-   optimizer, weight sync, everything else; generated and trained tokens/s, samples/s, peak memory (RSS on
-   CPU, allocated on GPU) and the padding fraction of the training micro-batches (packed rows, and what one
-   sequence per row would give).
-2. Then, in this process, the limits on the same prompts and group size: vLLM alone generating a batch, and
+1. Runs train.py itself (the real loop, as a script in this process) for --steps steps without evaluation or
+   checkpoints and prints, per phase, the median seconds per step over the steps after --skip: generate,
+   grade, trainer forward/backward, optimizer, weight sync, everything else; generated and trained tokens/s,
+   samples/s, peak memory (RSS on CPU, allocated on GPU) and the padding fraction of the training
+   micro-batches (packed rows, and what one sequence per row would give).
+2. In the same process, the limits on the same prompts and group size: vLLM alone generating a batch, and
    the trainer alone doing forward/backward/AdamW on those completions (zero-variance groups dropped, as the
    loop does); overhead = 1 - (generate_alone + train_alone) / step, and again with the grader alone (its
    time on the same completions) in the limit: what is left is the loop's own bookkeeping. The limits replay
    the loop from its start: the same initial weights, prompts, sampling seeds and learning rates, each step's
    weights pushed to the engine untimed, so both sides sample the same completions (checked: their mean length
-   per step) and do the same work (on other batches, vLLM alone varied by +-16% over rounds of 3 toy batches).
-   With --rounds N, N loop runs, each paired with its own replay run right before or after it (the order
-   alternating), give N overheads, the 95% interval of their mean and the rounds that +-2 points would take.
-   Pin it on a small CPU (README, Speed). With --scale_lengths, the same two limits with
-   completions forced to each length; with --padding, what the trainer's padding costs against its
-   alternatives (padding_alternatives).
+   per step) and do the same work. Loop and replay share a process because on a small CPU a process's speed
+   is a draw of its own (the same work ran up to 15% apart in two processes pinned to one core).
+   With --rounds N, each round a fresh process (loop then replay, or replay then loop, alternating), N
+   overheads give the 95% interval of their mean and the rounds that +-2 points would take. Pin it on a small
+   CPU (README, Speed). With --scale_lengths, the same two limits with completions forced to each length; with
+   --padding, what the trainer's padding costs against its alternatives (padding_alternatives).
 On CPU it also reports torch's thread count beside vLLM's engine and the trainer's time on 1 thread.
 
     python bench.py --trainer_only --shapes 0.5b,1.5b --micro_batch_tokens_list 8192,16384,32768   # a GPU, no vLLM
@@ -35,6 +35,7 @@ import argparse
 import json
 import math
 import os
+import pickle
 import statistics
 import subprocess
 import sys
@@ -46,13 +47,22 @@ PHASES = ("t_generate", "t_grade", "t_train", "t_optim", "t_sync")
 
 
 def loop(flags: list[str], steps: int, skip: int) -> dict:
-    """Run train.py and return median per-step numbers from its log."""
+    """Run train.py, the real loop, as a script in this process (runpy: its own code, unchanged), and return
+    median per-step numbers from its log. In this process because a process's speed is a draw of its own on a
+    small CPU (the same work ran up to 15% apart in two processes pinned to one core): the replay that it is
+    compared with runs in this process too (main runs each round in a fresh process)."""
+    import runpy
     with tempfile.TemporaryDirectory() as logs:
-        cmd = [sys.executable, os.path.join(ROOT, "train.py"), *flags, "--max_steps", str(steps), "--eval_every",
-               "-1", "--save_every", "-1", "--run_name", "bench", "--log_dir", logs]
-        proc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        if proc.returncode:
-            sys.exit(f"train.py failed:\n{proc.stdout[-3000:]}")
+        argv = sys.argv
+        sys.argv = [os.path.join(ROOT, "train.py"), *flags, "--max_steps", str(steps), "--eval_every", "-1",
+                    "--save_every", "-1", "--run_name", "bench", "--log_dir", logs]
+        try:
+            runpy.run_path(sys.argv[0], run_name="__main__")
+        except SystemExit as e:
+            if e.code:
+                sys.exit(f"error: train.py stopped with exit status {e.code} (its output is above)")
+        finally:
+            sys.argv = argv
         records = [json.loads(line) for line in open(os.path.join(logs, "bench.jsonl"))]
     config = records[0]
     train = [r for r in records if r["kind"] == "train"][skip:]
@@ -73,17 +83,14 @@ def loop(flags: list[str], steps: int, skip: int) -> dict:
     return med
 
 
-def limits(flags: list[str], repeats: int, lengths: list[int], rounds: int = 1, skip: int = 0, padding: bool = False,
-           loop_round=None) -> dict:
+def limits(flags: list[str], repeats: int, lengths: list[int], skip: int = 0, padding: bool = False,
+           replays: int = 1) -> dict:
     """vLLM alone and the trainer alone, in this process, on batches of the run's own prompts. The trainer
     alone runs the functions train.py runs (policy.effective_batch, micro_batches, backward, optimizer_step).
-    The run's own lengths are measured `rounds` times, each a replay of the loop's steps skip+1..skip+repeats
-    (a fresh sampler: the same prompts and serials, so the same sampling seeds): out["rounds"] holds each
-    round's seconds per replayed step, generate + train, to pair with one loop run each. With loop_round (a
-    callable running the loop once, e.g. `loop`), each round also runs the loop, next to its replay in time and
-    in the order loop, replay / replay, loop / loop, replay ... so that a machine's drift falls on both sides
-    alike (run before all replays, the loops met another hour's machine); out["loops"] holds its results. With
-    padding, also padding_alternatives on the last round's steps."""
+    The run's own lengths: a replay of the loop's steps skip+1..skip+repeats (a fresh sampler: the same prompts
+    and serials, so the same sampling seeds): out["replay"] holds the seconds per replayed step, (generate,
+    grade, train), to pair with the loop's; with replays > 1 the replay runs that many times and the last
+    counts. With padding, also padding_alternatives on the replayed steps."""
     import dataclasses
 
     import torch
@@ -97,7 +104,9 @@ def limits(flags: list[str], repeats: int, lengths: list[int], rounds: int = 1, 
     from transformers import AutoTokenizer
     cfg = config_mod.parse_args(flags)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", store=dist.HashStore(), rank=0, world_size=1)
+    if not dist.is_initialized():  # (train.py's run before this one in the process shuts its group down)
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", store=dist.HashStore(), rank=0,
+                                world_size=1)
     path = policy.resolve_model(cfg.model, cfg.out_dir)
     tokenizer = AutoTokenizer.from_pretrained(path)
     train_rows, _, grade = data.load_task(cfg, tokenizer)
@@ -146,16 +155,13 @@ def limits(flags: list[str], repeats: int, lengths: list[int], rounds: int = 1, 
     start = {name: t.detach().clone() for name, t in model.state_dict().items()}  # the loop's initial weights
     _, _, groups = generate(None)  # warm-up, not timed: the engine's first batch compiles its kernels (seconds)
     train(groups, cfg.zero_var_filter)
-    out["rounds"], out["rounds_tokens"], out["loops"], replayed = [], [], [], []
-    gen_t, grade_t, train_t = [], [], []
-    for i in range(rounds):  # replay the loop from its start: same weights, prompts, seeds, learning rates
-        if loop_round and i % 2 == 0:
-            out["loops"].append(loop_round())
+    for _ in range(replays):  # the loop from its start (the same weights, prompts, seeds and learning rates);
+        # the last replay is the one measured, those before it warm this process up on the very same work
         model.load_state_dict(start)
         optimizer.state.clear()
         gen.update_weights(policy.full_weights(model))
         sampler = fresh_sampler()
-        tokens_per_step = []
+        out["replay"], out["replay_tokens"], replayed = [], [], []
         for step in range(skip + repeats):
             t_gen, t_grade, groups = generate(None)
             t_train, updated = train(groups, cfg.zero_var_filter, step)
@@ -165,20 +171,8 @@ def limits(flags: list[str], repeats: int, lengths: list[int], rounds: int = 1, 
                 continue
             if padding:
                 replayed.append(policy.effective_batch(groups, cfg, lambda values: values)[0])
-            gen_t.append(t_gen)
-            grade_t.append(t_grade)
-            train_t.append(t_train)
-            tokens_per_step.append(statistics.mean(len(s.token_ids) for g in groups for s in g.samples))
-        out["rounds"].append(list(zip(gen_t[-repeats:], grade_t[-repeats:], train_t[-repeats:])))
-        out["rounds_tokens"].append(tokens_per_step)
-        if loop_round and i % 2 == 1:
-            out["loops"].append(loop_round())
-        if loop_round:  # a progress line per round: a long measurement (--rounds 20) shows how it converges
-            alone, step = out["rounds"][-1], out["loops"][-1]["step_s"][:repeats]
-            print(f"round {i + 1}/{rounds}: overhead {1 - sum(a[0] + a[2] for a in alone) / sum(step):.1%}",
-                  flush=True)
-    out["run"] = {"generate": statistics.median(gen_t), "grade": statistics.median(grade_t),
-                  "train": statistics.median(train_t), "tokens": statistics.mean(tokens_per_step)}
+            out["replay"].append((t_gen, t_grade, t_train))
+            out["replay_tokens"].append(statistics.mean(len(s.token_ids) for g in groups for s in g.samples))
     for length in lengths:  # forced lengths: every group kept (their rewards say nothing), no weight sync
         timed = []  # (generate s, train s, mean completion tokens) per batch
         for _ in range(repeats):
@@ -188,13 +182,15 @@ def limits(flags: list[str], repeats: int, lengths: list[int], rounds: int = 1, 
         out[length] = {"generate": statistics.median(t for t, _, _ in timed),
                        "train": statistics.median(t for _, t, _ in timed), "tokens": timed[-1][2]}
     if padding:
-        out["padding"] = padding_alternatives(model, replayed[-repeats:], cfg, pad_id)
+        out["padding"] = padding_alternatives(model, replayed, cfg, pad_id)
     if device.type == "cpu":  # the trainer on one thread, as vLLM's CPU backend can leave it
         torch._C.set_num_threads(1)
         _, _, groups = generate(None)
         out["train_1_thread"] = statistics.median(train(groups, cfg.zero_var_filter)[0] for _ in range(2))
         torch._C.set_num_threads(threads)
-    gen.close()
+    gen.close()  # (vLLM's shutdown also destroys the process group; a train.py run after this one makes its own)
+    if dist.is_initialized():
+        dist.destroy_process_group()
     return out
 
 
@@ -331,6 +327,22 @@ def trainer_only(args, flags: list[str]) -> list[dict]:
     return rows
 
 
+def one_round(index: int, flags: list[str], steps: int, skip: int, repeats: int, lengths: list[int],
+              padding: bool) -> dict:
+    """One round in this process. The same work runs faster a second time in a process (measured: 15-20% of a
+    toy step, e.g. the trainer's kernels for each packed shape), so a replay first warms the process up on
+    the very work, untimed; then the loop and the replay, in the order loop, replay in even rounds and replay,
+    loop in odd ones (what the order still does then falls on both sides alike over the rounds)."""
+    if index % 2 == 0:
+        limits(flags, repeats, [], skip)  # the warm-up
+        run = loop(flags, steps, skip)
+        lim = limits(flags, repeats, lengths, skip, padding)
+    else:
+        lim = limits(flags, repeats, lengths, skip, padding, replays=2)  # the warm-up, then the replay
+        run = loop(flags, steps, skip)
+    return {"loop": run, "limits": lim}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog="Other flags go to train.py unchanged.",
                                  allow_abbrev=False)  # a train.py flag must never be taken for an abbreviation of ours
@@ -355,6 +367,8 @@ def main():
     ap.add_argument("--trainer_steps", type=int, default=3, help="--trainer_only timed steps after one warm-up")
     ap.add_argument("--peak_tflops", type=float, default=0.0, help="--trainer_only device bf16 peak (default: by name)")
     ap.add_argument("--out", default="", help="--trainer_only: also write one JSON line per measurement here")
+    ap.add_argument("--round_out", default="", help=argparse.SUPPRESS)  # internal: run one round, pickle it there
+    ap.add_argument("--round_index", type=int, default=0, help=argparse.SUPPRESS)
     args, flags = ap.parse_known_args()
     if args.trainer_only:
         trainer_only(args, flags)
@@ -365,9 +379,31 @@ def main():
         sys.exit("error: need --rounds >= 1, 0 <= --skip < --steps and 0 <= --repeats <= --steps - --skip")
     repeats = args.repeats or args.steps - args.skip
     lengths = [int(x) for x in args.scale_lengths.split(",") if x]
-    lim = limits(flags, repeats, lengths, args.rounds, args.skip, args.padding,
-                 loop_round=lambda: loop(flags, args.steps, args.skip))
-    runs = lim["loops"]  # each loop run, paired with the replay next to it in time
+    if args.round_out:
+        result = one_round(args.round_index, flags, args.steps, args.skip, repeats, lengths, args.padding)
+        with open(args.round_out, "wb") as f:
+            pickle.dump(result, f)
+        return
+    # each round a fresh process (a process's speed is a draw of its own here), the loop and its replay inside it;
+    # the lengths and padding extras in the last round only
+    results = []
+    for i in range(args.rounds):
+        extras = ["--scale_lengths", args.scale_lengths, *(["--padding"] if args.padding else [])] \
+            if i == args.rounds - 1 else []
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "round.pkl")
+            proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--round_out", out, "--round_index",
+                                   str(i), "--steps", str(args.steps), "--skip", str(args.skip), "--repeats",
+                                   str(repeats), *extras, *flags], cwd=ROOT, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True)
+            if proc.returncode:
+                sys.exit(f"error: bench round {i + 1} failed:\n{proc.stdout[-3000:]}")
+            with open(out, "rb") as f:
+                results.append(pickle.load(f))
+        alone, step = results[-1]["limits"]["replay"], results[-1]["loop"]["step_s"][:repeats]
+        print(f"round {i + 1}/{args.rounds}: overhead {1 - sum(a[0] + a[2] for a in alone) / sum(step):.1%}",
+              flush=True)
+    runs, replays, lim = [r["loop"] for r in results], [r["limits"]["replay"] for r in results], results[-1]["limits"]
     run = {k: statistics.median(r[k] for r in runs) for k, v in runs[0].items() if isinstance(v, (int, float))}
     run["config"] = runs[0]["config"]  # the table's numbers: medians over rounds; per-step lists stay per run
     cfg = run["config"]
@@ -383,25 +419,26 @@ def main():
           f"samples/s {run['samples_per_s']:.1f} | peak memory {run['peak_mem_gib']:.2f} GiB | padding "
           f"{run['padding_frac']:.1%} packed ({run['padding_frac_unpacked']:.1%} one sequence per row) | "
           f"completion tokens {run['completion_tokens_mean']:.1f}")
-    alone = lim["run"]
-    print(f"alone (medians over the replayed steps): vLLM {alone['generate']:.3f} s/batch, grader "
-          f"{alone['grade']:.3f} s/batch, trainer {alone['train']:.3f} s/batch")
+    median_alone = [statistics.median(x[i] for replay in replays for x in replay) for i in range(3)]
+    print(f"alone (medians over the replayed steps): vLLM {median_alone[0]:.3f} s/batch, grader "
+          f"{median_alone[1]:.3f} s/batch, trainer {median_alone[2]:.3f} s/batch")
     # each loop run against its own replay of the same steps: overhead = 1 - sum(what runs alone) / sum(step)
     def overhead(parts):  # parts: which of (generate, grade, train) count as the limit
         each = [1 - sum(sum(x[i] for i in parts) for x in alone) / sum(r["step_s"][:len(alone)])
-                for r, alone in zip(runs, lim["rounds"])]
+                for r, alone in zip(runs, replays)]
         spread = ""
         if len(each) > 1:  # Student-t 95% interval of the mean over rounds, and the rounds ±2 points would take
             from scipy.stats import t as student_t
             t, sd = student_t.ppf(0.975, len(each) - 1), statistics.stdev(each)
             spread = f" ± {t * sd / len(each) ** 0.5:.1%} (±2 points: ~{math.ceil((t * sd / 0.02) ** 2)} rounds)"
         return f"{statistics.mean(each):.1%}{spread} (rounds: {', '.join(f'{x:.1%}' for x in each)})"
-    same = [abs(a - b) < 1e-9 for r, replay in zip(runs, lim["rounds_tokens"]) for a, b in zip(r["step_tokens"], replay)]
+    same = [abs(a - b) < 1e-9 for result in results
+            for a, b in zip(result["loop"]["step_tokens"], result["limits"]["replay_tokens"])]
     print(f"the replay sampled the loop's completions (the same mean length) on {sum(same)} of {len(same)} steps")
     print(f"overhead over vLLM + trainer alone: {overhead((0, 2))} over {len(runs)} round(s)")
     print(f"overhead over vLLM + grader + trainer alone, the loop's own bookkeeping: {overhead((0, 1, 2))}")
     # where it goes: loop minus replay, phase by phase, summed over the paired steps, as a share of the loop's time
-    pairs = [(phases, step, alone) for r, replay in zip(runs, lim["rounds"])
+    pairs = [(phases, step, alone) for r, replay in zip(runs, replays)
              for phases, step, alone in zip(r["step_phases"], r["step_s"], replay)]
     total = sum(step for _, step, _ in pairs)
     parts = {"generate": sum(p[0] - a[0] for p, _, a in pairs), "grade": sum(p[1] - a[1] for p, _, a in pairs),
@@ -411,7 +448,7 @@ def main():
           + ", ".join(f"{name} {seconds / total:+.1%}" for name, seconds in parts.items()))
     if "train_1_thread" in lim:
         print(f"threads: torch has {lim['torch_threads']} beside vLLM's engine; the trainer alone on 1 thread takes "
-              f"{lim['train_1_thread']:.3f} s/batch ({lim['train_1_thread'] / alone['train']:.2f}x)")
+              f"{lim['train_1_thread']:.3f} s/batch ({lim['train_1_thread'] / median_alone[2]:.2f}x)")
     for r in lim.get("padding", []):
         print(f"padding: {r['layout']:<32} {r['padding']:6.1%} padded, {r['calls']:4.1f} forward calls, "
               f"{r['seconds']:.3f} s/step forward + backward")
