@@ -16,8 +16,9 @@ def bench(*flags, timeout=900):
 
 
 def test_overhead_pairs_each_loop_run_with_its_own_replay(toy_path):
-    """Two rounds: two loop runs, each against a replay of its timed steps; one overhead per round and the
-    interval of their mean, beside the phase table."""
+    """Two rounds, each a process that runs train.py and a replay of its timed steps (after an untimed warm-up
+    replay), in the order loop, replay and then replay, loop; one overhead per round and the interval of their
+    mean, beside the phase table."""
     proc = bench("--dtype", "float32", "--rounds", "2", "--steps", "3", "--skip", "1", "--padding", "--out_dir", OUT)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert re.search(r"^step\s+\d+\.\d+$", proc.stdout, re.M), proc.stdout
