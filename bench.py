@@ -329,10 +329,11 @@ def trainer_only(args, flags: list[str]) -> list[dict]:
 
 def one_round(index: int, flags: list[str], steps: int, skip: int, repeats: int, lengths: list[int],
               padding: bool) -> dict:
-    """One round in this process. The same work runs faster a second time in a process (measured: 15-20% of a
-    toy step, e.g. the trainer's kernels for each packed shape), so a replay first warms the process up on
-    the very work, untimed; then the loop and the replay, in the order loop, replay in even rounds and replay,
-    loop in odd ones (what the order still does then falls on both sides alike over the rounds)."""
+    """One round in this process. Whatever runs first in a process runs slower (without a warm-up, one pair of
+    toy rounds: +21.5% with the loop first, -15.4% with the replay first; the cause is not measured), so a
+    replay first warms the process up on the very work, untimed; then the loop and the replay, in the order
+    loop, replay in even rounds and replay, loop in odd ones (what the order still does then falls on both
+    sides alike over the rounds)."""
     if index % 2 == 0:
         limits(flags, repeats, [], skip)  # the warm-up
         run = loop(flags, steps, skip)
