@@ -81,6 +81,8 @@ PARTS = {
         "batch256-s0": ["--batch", "256", "--seed", "0"],
         "batch256-s1": ["--batch", "256", "--seed", "1"],
         "batch256-s2": ["--batch", "256", "--seed", "2"],  # its A was +0.008 [-0.001, +0.016] on 2 seeds
+        "batch256-s3": ["--batch", "256", "--seed", "3"],  # as many seeds as the default's
+        "batch64-s2": ["--batch", "64", "--seed", "2"],
     },
     "axes-gen": {  # generations per prompt at a fixed batch of completions
         "gen4-s0": ["--group", "4", "--seed", "0"],
