@@ -8,6 +8,7 @@ Each part fits an afternoon: wall-clock with --jobs 2 on the 2-core machine (REA
     python study.py --part loo-bf16 --jobs 2     # §6: the FP32 head, beside its bf16 reference
     python study.py --part axes-budget --jobs 2  # §5: thinking budget x2
     python study.py --part axes-batch --jobs 2   # §5: batch x1/2 and x2
+    python study.py --part axes-batch-long --jobs 2  # §5: batch x2 for 400 steps
     python study.py --part axes-gen --jobs 2     # §5: generations per prompt at a fixed batch
     python study.py --part axes-model --jobs 2   # §5: a smaller model, toy-s (first builds its warm start)
     python study.py --part axes-model-l --jobs 2 # §5: a larger model, toy-l (its warm start alone takes hours)
@@ -83,6 +84,11 @@ PARTS = {
         "batch256-s2": ["--batch", "256", "--seed", "2"],  # its A was +0.008 [-0.001, +0.016] on 2 seeds
         "batch256-s3": ["--batch", "256", "--seed", "3"],  # as many seeds as the default's
         "batch64-s2": ["--batch", "64", "--seed", "2"],
+    },
+    # batch x2 run twice as long: at 200 steps its A was +0.006 [-0.001, +0.013] on 3 seeds and seed 1 still rose
+    "axes-batch-long": {
+        "batch256long-s0": ["--batch", "256", "--max_steps", "400", "--seed", "0"],
+        "batch256long-s1": ["--batch", "256", "--max_steps", "400", "--seed", "1"],
     },
     "axes-gen": {  # generations per prompt at a fixed batch of completions
         "gen4-s0": ["--group", "4", "--seed", "0"],
