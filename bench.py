@@ -327,6 +327,12 @@ def trainer_only(args, flags: list[str]) -> list[dict]:
     return rows
 
 
+def round_overhead(run: dict, replay: list[tuple], parts=(0, 2)) -> float:
+    """1 - sum(what runs alone) / sum(the loop's step), over one round's paired steps; parts: which of the
+    replay's (generate, grade, train) count as the limit."""
+    return 1 - sum(sum(x[i] for i in parts) for x in replay) / sum(run["step_s"][:len(replay)])
+
+
 def one_round(index: int, flags: list[str], steps: int, skip: int, repeats: int, lengths: list[int],
               padding: bool) -> dict:
     """One round in this process. Whatever runs first in a process runs slower (without a warm-up, one pair of
@@ -401,9 +407,8 @@ def main():
                 sys.exit(f"error: bench round {i + 1} failed:\n{proc.stdout[-3000:]}")
             with open(out, "rb") as f:
                 results.append(pickle.load(f))
-        alone, step = results[-1]["limits"]["replay"], results[-1]["loop"]["step_s"][:repeats]
-        print(f"round {i + 1}/{args.rounds}: overhead {1 - sum(a[0] + a[2] for a in alone) / sum(step):.1%}",
-              flush=True)
+        print(f"round {i + 1}/{args.rounds}: overhead "
+              f"{round_overhead(results[-1]['loop'], results[-1]['limits']['replay']):.1%}", flush=True)
     runs, replays, lim = [r["loop"] for r in results], [r["limits"]["replay"] for r in results], results[-1]["limits"]
     run = {k: statistics.median(r[k] for r in runs) for k, v in runs[0].items() if isinstance(v, (int, float))}
     run["config"] = runs[0]["config"]  # the table's numbers: medians over rounds; per-step lists stay per run
@@ -425,8 +430,7 @@ def main():
           f"{median_alone[1]:.3f} s/batch, trainer {median_alone[2]:.3f} s/batch")
     # each loop run against its own replay of the same steps: overhead = 1 - sum(what runs alone) / sum(step)
     def overhead(parts):  # parts: which of (generate, grade, train) count as the limit
-        each = [1 - sum(sum(x[i] for i in parts) for x in alone) / sum(r["step_s"][:len(alone)])
-                for r, alone in zip(runs, replays)]
+        each = [round_overhead(r, replay, parts) for r, replay in zip(runs, replays)]
         spread = ""
         if len(each) > 1:  # Student-t 95% interval of the mean over rounds, and the rounds ±2 points would take
             from scipy.stats import t as student_t
