@@ -7,7 +7,7 @@ Each part fits an afternoon: wall-clock with --jobs 2 on the 2-core machine (REA
     python study.py --part loo-more --jobs 2     # §6: sample average, prompt norm, zero-var kept, length penalty, clip
     python study.py --part loo-bf16 --jobs 2     # §6: the FP32 head, beside its bf16 reference
     python study.py --part axes-budget --jobs 2  # §5: thinking budget x2
-    python study.py --part axes-budget-long --jobs 2  # §5: thinking budget x2 for 1,000 steps
+    python study.py --part axes-budget-long --jobs 2  # §5: thinking budget x2 for 400 steps
     python study.py --part axes-batch --jobs 2   # §5: batch x1/2 and x2
     python study.py --part axes-batch-long --jobs 2  # §5: batch x2 for 400 steps
     python study.py --part axes-gen --jobs 2     # §5: generations per prompt at a fixed batch
@@ -77,11 +77,12 @@ PARTS = {
         "budget2x-s0": ["--think_min_tokens", "2x", "--think_max_tokens", "2x", "--seed", "0"],
         "budget2x-s1": ["--think_min_tokens", "2x", "--think_max_tokens", "2x", "--seed", "1"],
     },
-    # budget x2 run five times as long, evaluated every 25 steps (an evaluation costs ~6 steps): at 200 steps it
-    # started at the default's plateau and crept 0.660 -> 0.667 with interruptions falling 0.27 -> 0.19, before
-    # any rise that would place its A (README, The paper in miniature)
+    # budget x2 run twice as long, evaluated every 25 steps (an evaluation costs ~10 steps): at 200 steps from an
+    # earlier build of the warm start it crept 0.660 -> 0.667 with interruptions falling 0.27 -> 0.19, before any
+    # rise that would place its A. Planned for 1,000 steps, cut to 400 at step ~225 when both seeds had risen by
+    # step 100 and stayed flat since (README, The paper in miniature)
     "axes-budget-long": {
-        f"budget2xlong-s{s}": ["--think_min_tokens", "2x", "--think_max_tokens", "2x", "--max_steps", "1000",
+        f"budget2xlong-s{s}": ["--think_min_tokens", "2x", "--think_max_tokens", "2x", "--max_steps", "400",
                                "--eval_every", "25", "--seed", str(s)] for s in range(2)
     },
     "axes-batch": {

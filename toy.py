@@ -216,17 +216,18 @@ def concise_prefix(prompt: str) -> str:
     return f"{a}+{b}={a + b} {a + b}+"
 
 
-def warm_start_accuracy(path: str, num_prompts: int = 300, samples: int = 4) -> dict:
-    """Share of correct answers of the model at `path` on the first num_prompts short validation problems,
-    sampled at temperature 1 with no thinking budget: in its own style ("free"), and forced into the concise one
-    (the first concise step and the next running sum appended to the prompt: "7+5=12 12+"). The budget makes RL
-    shift the style; what the forced-concise accuracy misses is what RL must learn after that, slowly (with a
-    half-trained warm start, mostly the next term copied wrong where a digit repeats; docs/measurements.md)."""
+def warm_start_accuracy(path: str, num_prompts: int = 300, samples: int = 4, long: bool = False) -> dict:
+    """Share of correct answers of the model at `path` on the first num_prompts short (or, with long, long)
+    validation problems, sampled at temperature 1 with no thinking budget: in its own style ("free"), and forced
+    into the concise one (the first concise step and the next running sum appended to the prompt: "7+5=12 12+").
+    The budget makes RL shift the style; what the forced-concise accuracy misses is what RL must learn after
+    that, slowly (with a half-trained warm start, mostly the next term copied wrong where a digit repeats;
+    docs/measurements.md)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-    rows = [r for r in toy_rows("val") if r["prompt"].count("+") + 1 <= TOY_SHORT_TERMS[1]][:num_prompts]
+    rows = [r for r in toy_rows("val") if (r["prompt"].count("+") + 1 >= TOY_LONG_TERMS[0]) == long][:num_prompts]
     torch.manual_seed(0)
     result = {}
     for style in ("free", "concise"):
@@ -239,9 +240,10 @@ def warm_start_accuracy(path: str, num_prompts: int = 300, samples: int = 4) -> 
         width = max(map(len, prompts))  # left padding: every row's next token is at the same position
         ids = torch.tensor([[tokenizer.pad_token_id] * (width - len(p)) + p for p in prompts])
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
-        with torch.no_grad():
+        with torch.no_grad():  # room for a checked long solution (96-128 thinking tokens) and its answer
             out = model.generate(input_ids=ids, attention_mask=mask, do_sample=True, temperature=1.0, top_k=0,
-                                 max_new_tokens=120, num_return_sequences=samples, pad_token_id=tokenizer.pad_token_id)
+                                 max_new_tokens=160 if long else 120, num_return_sequences=samples,
+                                 pad_token_id=tokenizer.pad_token_id)
         texts = tokenizer.batch_decode(out[:, width:])
         answers = [r["answer"] for r in rows for _ in range(samples)]
         result[style] = sum(final_answer(t) == a for t, a in zip(texts, answers)) / len(texts)
@@ -252,8 +254,9 @@ if __name__ == "__main__":
     import argparse
     ap = argparse.ArgumentParser(description="Build the toy model (or find it cached) and print its folder.")
     ap.add_argument("--accuracy", action="store_true", help="also print its accuracy by style (warm_start_accuracy)")
+    ap.add_argument("--long", action="store_true", help="with --accuracy: on the long problems (8-9 terms)")
     args = ap.parse_args()
     path = build_toy_model("out")
     print(path)
     if args.accuracy:
-        print(" ".join(f"{style} {acc:.3f}" for style, acc in warm_start_accuracy(path).items()))
+        print(" ".join(f"{style} {acc:.3f}" for style, acc in warm_start_accuracy(path, long=args.long).items()))
