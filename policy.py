@@ -37,6 +37,23 @@ def resolve_model(name: str, out_dir: str, log=print) -> str:
     return name
 
 
+def weights_sha256(path: str, max_bytes: int = 4 << 30) -> str | None:
+    """The sha256 of a local model folder's weights, logged with every run so that a result names the exact weights
+    it started from: the toy's warm start is rebuilt on each machine, and on a machine that sums floats in another
+    order it comes out different, and RL from it can differ (README, The paper in miniature). One safetensors file:
+    its sha256, as `sha256sum` prints it; several: the sha256 of their digests in name order. None for a Hub name,
+    a folder without safetensors, or weights over max_bytes (hashing reads ~1 GB/s)."""
+    import hashlib
+    files = sorted(glob.glob(os.path.join(path, "*.safetensors"))) if os.path.isdir(path) else []
+    if not files or sum(map(os.path.getsize, files)) > max_bytes:
+        return None
+    digests = []
+    for file in files:
+        with open(file, "rb") as f:
+            digests.append(hashlib.file_digest(f, "sha256").hexdigest())
+    return digests[0] if len(digests) == 1 else hashlib.sha256("".join(digests).encode()).hexdigest()
+
+
 def gguf_file(name: str) -> str | None:
     """The GGUF file `--model` names: a .gguf file, or a folder holding exactly one; else None."""
     if name.endswith(".gguf"):

@@ -4,6 +4,7 @@ micro-batches of packed rows.
     python -m pytest tests/test_policy.py -q
 """
 import dataclasses
+import hashlib
 import random
 
 import pytest
@@ -198,3 +199,17 @@ def test_pack_keeps_every_sequence_once_within_the_budget():
     # a sequence longer than the budget goes alone
     micro, _ = policy.pack([([1] * 100, [2] * 100), ([1] * 20, [2] * 20), ([1] * 20, [2] * 30)], 128, length)
     assert [[len(row) for row in rows] for rows in micro] == [[1], [2]]
+
+
+def test_weights_sha256_names_the_weights_by_content(tmp_path):
+    """train.py logs it so that a result names its warm start (the toy is rebuilt per machine, README)."""
+    assert policy.weights_sha256("HuggingFaceTB/SmolLM2-135M-Instruct") is None  # a Hub name: nothing local to hash
+    assert policy.weights_sha256(str(tmp_path)) is None  # no safetensors
+    (tmp_path / "model-00002.safetensors").write_bytes(b"second")
+    (tmp_path / "model-00001.safetensors").write_bytes(b"first")
+    both = policy.weights_sha256(str(tmp_path))
+    per_file = [hashlib.sha256(b"first").hexdigest(), hashlib.sha256(b"second").hexdigest()]  # in name order
+    assert both == hashlib.sha256("".join(per_file).encode()).hexdigest()
+    (tmp_path / "model-00002.safetensors").write_bytes(b"changed")
+    assert policy.weights_sha256(str(tmp_path)) != both
+    assert policy.weights_sha256(str(tmp_path), max_bytes=5) is None  # too large to hash at start-up

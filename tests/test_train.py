@@ -2,6 +2,7 @@
 
     python -m pytest tests/test_train.py -q
 """
+import hashlib
 import json
 import os
 
@@ -89,6 +90,9 @@ def test_toy_run_writes_the_log_fit_curve_reads(tmp_path, toy_path):
     assert proc.returncode == 0, proc.stdout[-3000:]
     records = read_log(tmp_path / "e2e.jsonl")
     assert records[0]["kind"] == "config" and records[0]["run_name"] == "e2e"
+    # the warm start it came from, by content (the toy is rebuilt per machine): what `sha256sum` prints
+    with open(os.path.join(toy_path, "model.safetensors"), "rb") as f:
+        assert records[0]["model_sha256"] == hashlib.file_digest(f, "sha256").hexdigest()
     train = [r for r in records if r["kind"] == "train"]
     evals = [r for r in records if r["kind"] == "eval"]
     assert [r["step"] for r in train] == [1, 2, 3, 4]
