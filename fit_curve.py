@@ -339,7 +339,10 @@ def extrapolation(f):
 
 
 def print_json(rows, groups, args):
-    A_common = float(np.mean([f.A for f, _, _ in rows]))
+    # every run refitted at one common A: the paper's LOO slope comparison (§4, Fig. 7), which compares B between
+    # recipes that share their ceiling. So the median A (a recipe with another ceiling does not drag it), and no
+    # B for a run whose own A is beyond the margin from it (its B refitted there would describe no curve of its)
+    A_common = float(np.median([f.A for f, _, _ in rows]))
     for f, verdict, refit in rows:
         print(json.dumps({
             "file": f.file, "run": f.name, "A": f.A, "B": f.B, "C_mid": f.C_mid, "R0": f.R0,
@@ -350,8 +353,8 @@ def print_json(rows, groups, args):
             "C_mid_ci": f.ci.get("C_mid"), "power_law_A": f.power_law_A, "verdict": verdict,
             "refit": refit and {"A_avg": refit[0], "B": refit[1], "B_best": refit[2]},
             "seed_group": groups.get(f.group), "extrapolation": extrapolation(f),
-            # every run refitted at the mean A of all runs: the paper's LOO slope comparison (§4, Fig. 7)
-            "A_common": A_common, "B_at_A_common": refit_B(f, A_common) if len(rows) > 1 else f.B}))
+            "A_common": A_common, "B_at_A_common": f.B if len(rows) == 1 else
+            refit_B(f, A_common) if abs(f.A - A_common) <= args.margin else None}))
 
 
 def fmt(v):

@@ -249,11 +249,12 @@ def effects(rows: dict, groups: dict, dtype: dict) -> list[str]:
     common A) and the ratio of C_mid (compared in log), each with a 95% interval from Student's t on the seed spread
     pooled over every group with two or more seeds (a setting with one seed is assumed to spread as the others do).
     A run whose A is not identified (95% interval wider than 0.1: the run ends before its rise, and its B and C_mid
-    mean nothing either) is left out."""
+    mean nothing either) is left out; a run whose A is beyond the margin from the common A has no B to compare."""
     import numpy as np
     from scipy import stats
     fitted = {n: r for n, r in rows.items() if r.get("A_ci") and r["A_ci"][1] - r["A_ci"][0] <= 0.1 and r["C_mid"] > 0}
-    values = {"A": {n: r["A"] for n, r in fitted.items()}, "B": {n: r["B_at_A_common"] for n, r in fitted.items()},
+    values = {"A": {n: r["A"] for n, r in fitted.items()},  # B only where A is that of the others (fit_curve.py)
+              "B": {n: r["B_at_A_common"] for n, r in fitted.items() if r["B_at_A_common"] is not None},
               "C_mid": {n: math.log(r["C_mid"]) for n, r in fitted.items()}}  # quantity -> run -> value
     ref_names = {d: [r["run"] for r in g] for d, g in groups.items()}
     settings = {}  # setting -> its runs (the references' seeds form one setting per dtype)
@@ -321,6 +322,9 @@ def fit(table: str, margin: float = 0.02):
             groups.setdefault(dtype[n], []).append(rows[n])
 
     def against(name, value, values, sign):  # sign +1: higher is better (B); -1: lower is better (C_mid)
+        values = [v for v in values if v is not None]  # no B at the common A for a run with another ceiling
+        if value is None:
+            return f"{name} not compared (A beyond the margin from the common A)"
         if not values or min(values) <= value <= max(values):
             return f"{name} within the seeds' range"
         return f"{name} " + ("better" if sign * (value - sum(values) / len(values)) > 0 else "worse")

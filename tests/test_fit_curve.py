@@ -277,3 +277,19 @@ def test_plot_without_matplotlib_is_one_line(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and proc.stderr.strip() == "error: --plot needs matplotlib (pip install matplotlib)"
     assert not (tmp_path / "c.png").exists()
+
+
+def test_b_at_the_common_a_compares_only_runs_that_share_it(tmp_path):
+    """The paper compares B at one common A between recipes with the same ceiling (§4, Fig. 7). A recipe with a much
+    higher ceiling neither drags that A up (the median) nor gets a B refitted at an A its curve never had."""
+    A, B, C_mid = TABLE1["scalerl"]
+    logs = [write_log(tmp_path / f"s{i}.jsonl", A, B, C_mid, seed=i) for i in range(3)]
+    logs.append(write_log(tmp_path / "high.jsonl", 0.95, B, C_mid, seed=3, lr=1e-6))
+    proc = run_cli(*logs, "--json", "--bootstrap", "0")
+    assert proc.returncode == 0
+    by_file = {Path(r["file"]).stem: r for r in map(json.loads, proc.stdout.splitlines())}
+    common = by_file["s0"]["A_common"]
+    assert abs(common - A) < 0.02  # the mean of the four would be ~0.69
+    assert by_file["high"]["B_at_A_common"] is None
+    for i in range(3):
+        assert by_file[f"s{i}"]["B_at_A_common"] == pytest.approx(B, rel=0.3)
