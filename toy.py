@@ -30,7 +30,8 @@ from data import EOS, INTERRUPT_PHRASE, MATH_INSTRUCTION, THINK_END, THINK_START
 # up" phrase and 7 answer tokens, room for \boxed{NN} and EOS only) fits every concise short solution and no
 # long one, so the run saturates near 1 - (share of long problems) plus what the policy learns to guess after an
 # interruption; a budget twice as long fits the concise long solutions, which lifts the ceiling (paper §5: a
-# longer generation budget, higher A) once the policy solves long sums concisely (not within 200 steps: README).
+# longer generation budget, higher A) once the policy solves long sums concisely: from 0.65 to 0.96 within 100
+# steps from a warm start that already can, not within 200 from one built elsewhere that could not (README).
 # Both splits are exactly 1/3 long. Completions vary several-fold in length: the stragglers that PipelineRL is
 # for (paper §3.1).
 TOY_SHORT_TERMS, TOY_LONG_TERMS = (4, 5), (8, 9)
