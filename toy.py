@@ -159,7 +159,11 @@ def toy_model_path(out_dir: str, name: str = "toy") -> str:
 
 def build_toy_model(out_dir: str, name: str = "toy", log=print) -> str:
     """Build, warm-start and save the toy model once; later calls return the cached folder. Written to a
-    temporary folder and renamed, so a crash never leaves a half-written model that looks complete."""
+    temporary folder and renamed, so a crash never leaves a half-written model that looks complete. The same on
+    every machine with the same vector instructions, whatever its thread count, but not across them: an AVX2 and
+    an AVX512 CPU build different warm starts, which differ in what a thinking budget x2 does (README; train.py
+    logs the weights' sha256, and ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2
+    builds the AVX2 one on an AVX512 CPU)."""
     path = toy_model_path(out_dir, name)
     if os.path.exists(os.path.join(path, "config.json")):
         return path
