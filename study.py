@@ -42,7 +42,7 @@ DOCS_DIR = os.path.join(ROOT, "docs")  # the figures
 # The default's seeds run the toy's own steps (config.TOY: 200, evaluated every 10): the run reaches its plateau by
 # step ~70 (C_mid ~ step 35), so the fit on the first half of the compute (the paper fits 8k of 16k and 50k of 100k
 # GPU-h) ends well past C_mid and predicts the last evaluation (README, The paper in miniature)
-# Seed 4 ran on the warm start rebuilt on a later machine (logged as model_sha256; seeds 0-3 predate that field)
+# Seeds 0-3 ran on an AVX2 CPU's warm start, seed 4 on an AVX512 CPU's: the two builds differ (toy.build_toy_model)
 SEEDS = {f"default-s{s}": ["--seed", str(s)] for s in range(5)}
 # name -> flags, in parts small enough to run in an afternoon: each part takes under 2 h with --jobs 2 on the
 # 2-core machine (a run takes ~28 min on one core, 10 training and 18 evaluating; times per part in the README).
@@ -78,8 +78,8 @@ PARTS = {
         "budget2x-s0": ["--think_min_tokens", "2x", "--think_max_tokens", "2x", "--seed", "0"],
         "budget2x-s1": ["--think_min_tokens", "2x", "--think_max_tokens", "2x", "--seed", "1"],
     },
-    # budget x2 run twice as long, evaluated every 25 steps (an evaluation costs ~10 steps): at 200 steps from an
-    # earlier build of the warm start it crept 0.660 -> 0.667 with interruptions falling 0.27 -> 0.19, before any
+    # budget x2 run twice as long, evaluated every 25 steps (an evaluation costs ~10 steps): at 200 steps from the
+    # AVX2 build of the warm start it crept 0.660 -> 0.667 with interruptions falling 0.27 -> 0.19, before any
     # rise that would place its A. Planned for 1,000 steps, cut to 400 at step ~225 when both seeds had risen by
     # step 100 and stayed flat since (README, The paper in miniature)
     "axes-budget-long": {
