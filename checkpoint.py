@@ -45,7 +45,7 @@ def all_checkpoints(run_dir: str) -> list[str]:
     return sorted(glob.glob(os.path.join(run_dir, "ckpt-[0-9]*[0-9]")))
 
 
-def _sha256(path: str) -> str:
+def file_sha256(path: str) -> str:
     with open(path, "rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
@@ -78,7 +78,7 @@ def save(run_dir: str, state: dict, model, optimizer, sampler_state: dict, token
         for name in files:  # on disk before the manifest vouches for them
             with open(os.path.join(tmp, name), "rb") as fh:
                 os.fsync(fh.fileno())
-        manifest = {name: {"bytes": os.path.getsize(os.path.join(tmp, name)), "sha256": _sha256(os.path.join(tmp, name))}
+        manifest = {name: {"bytes": os.path.getsize(os.path.join(tmp, name)), "sha256": file_sha256(os.path.join(tmp, name))}
                     for name in files}
         with open(os.path.join(tmp, "manifest.json"), "w") as f:
             json.dump(manifest, f)
@@ -134,7 +134,7 @@ def verify(path: str, log=print) -> str | None:
                 return f"{name} is missing or not a regular file"
             if os.path.getsize(full) != expect.get("bytes"):
                 return f"{name} has {os.path.getsize(full)} bytes, expected {expect.get('bytes')}"
-            if "sha256" in expect and _sha256(full) != expect["sha256"]:
+            if "sha256" in expect and file_sha256(full) != expect["sha256"]:
                 return f"{name} does not match its SHA-256 in the manifest (corrupted)"
         with open(os.path.join(path, "state.json")) as f:
             saved = json.load(f)

@@ -40,17 +40,16 @@ def resolve_model(name: str, out_dir: str, log=print) -> str:
 def weights_sha256(path: str, max_bytes: int = 4 << 30) -> str | None:
     """The sha256 of a local model folder's weights, logged with every run so that a result names the exact weights
     it started from: the toy's warm start is rebuilt on each machine, and comes out different on a CPU with other
-    vector instructions (AVX2 against AVX512), and RL from it can differ (README, The paper in miniature). One safetensors file:
-    its sha256, as `sha256sum` prints it; several: the sha256 of their digests in name order. None for a Hub name,
-    a folder without safetensors, or weights over max_bytes (hashing reads ~1 GB/s)."""
+    vector instructions (AVX2 against AVX512), and RL from it can differ (README, The paper in miniature). One
+    safetensors file: its sha256, as `sha256sum` prints it; several: the sha256 of their digests in name order.
+    None for a Hub name, a folder without safetensors, or weights over max_bytes (hashing reads ~1 GB/s)."""
     import hashlib
+
+    from checkpoint import file_sha256
     files = sorted(glob.glob(os.path.join(path, "*.safetensors"))) if os.path.isdir(path) else []
     if not files or sum(map(os.path.getsize, files)) > max_bytes:
         return None
-    digests = []
-    for file in files:
-        with open(file, "rb") as f:
-            digests.append(hashlib.file_digest(f, "sha256").hexdigest())
+    digests = [file_sha256(file) for file in files]
     return digests[0] if len(digests) == 1 else hashlib.sha256("".join(digests).encode()).hexdigest()
 
 
@@ -68,17 +67,15 @@ def from_gguf(path: str, out_dir: str, log=print) -> str:
     found there by content (a changed file is converted again). Both vLLM and the trainer load that folder, so
     they start from the same weights. Raises ValueError with one line for a missing file or package, a corrupt
     file, or an architecture transformers cannot read from GGUF."""
-    import hashlib
     import importlib.util
     import shutil
     from transformers import AutoTokenizer
 
+    from checkpoint import file_sha256
     from data import one_line
     if not os.path.isfile(path):
         raise ValueError(f"--model {path}: no such GGUF file")
-    with open(path, "rb") as f:
-        digest = hashlib.file_digest(f, "sha256").hexdigest()[:16]
-    final = os.path.join(out_dir, f"gguf-{digest}")
+    final = os.path.join(out_dir, f"gguf-{file_sha256(path)[:16]}")
     if os.path.isfile(os.path.join(final, "config.json")):
         return final
     for package in ("gguf", "accelerate"):

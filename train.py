@@ -395,7 +395,8 @@ if cfg.resume:
     log({"kind": "resume", "step": state["step"], "time": time.time(), "max_steps": cfg.max_steps})
 else:
     log({"kind": "config", **config.to_dict(cfg), "run_name": run_name, "world_size": world, "device": device.type,
-         "model_path": model_path, "model_sha256": policy.weights_sha256(model_path)})
+         "model_path": model_path,  # and the weights' hash, read on rank 0 only (the rank that writes the log)
+         "model_sha256": policy.weights_sha256(model_path) if master else None})
 preset = config.toy_preset(cfg)
 print0(f"run {run_name}: log {log_path}, {world} x {device.type}, {cfg.prompts_per_step} prompts x {cfg.group} = "
        f"{cfg.batch} completions per step, {cfg.mode} k={cfg.k}, loss {cfg.loss}, start-up {time.time() - t_start:.0f}s")

@@ -229,13 +229,13 @@ def test_non_finite_weights_are_refused_even_with_a_matching_manifest(tmp_path, 
     save_file(weights, ckpt / "model.safetensors", metadata={"format": "pt"})
     manifest = json.loads((ckpt / "manifest.json").read_text())
     manifest["model.safetensors"] = {"bytes": (ckpt / "model.safetensors").stat().st_size,
-                                     "sha256": checkpoint._sha256(str(ckpt / "model.safetensors"))}
+                                     "sha256": checkpoint.file_sha256(str(ckpt / "model.safetensors"))}
     (ckpt / "manifest.json").write_text(json.dumps(manifest))
     assert "not finite" in checkpoint.verify(str(ckpt))
     # content checks behind the hashes: a state.json without what a resume reads, vouched for by its manifest
     (ckpt / "state.json").write_text(json.dumps({"counters": {}, "sampler": {}}))
     manifest["state.json"] = {"bytes": (ckpt / "state.json").stat().st_size,
-                              "sha256": checkpoint._sha256(str(ckpt / "state.json"))}
+                              "sha256": checkpoint.file_sha256(str(ckpt / "state.json"))}
     (ckpt / "manifest.json").write_text(json.dumps(manifest))
     assert "state.json lacks" in checkpoint.verify(str(ckpt))
     # a manifest of sizes only (written before content hashes) is still read, with a warning
