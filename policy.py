@@ -39,8 +39,9 @@ def resolve_model(name: str, out_dir: str, log=print) -> str:
 
 def weights_sha256(path: str, max_bytes: int = 4 << 30) -> str | None:
     """The sha256 of a local model folder's weights, logged with every run so that a result names the exact weights
-    it started from: the toy's warm start is rebuilt on each machine, and comes out different on a CPU with other
-    vector instructions (AVX2 against AVX512), and RL from it can differ (README, The paper in miniature). One
+    it started from: the toy's warm start is rebuilt on each machine, the same on every x86 one (toy.py holds its
+    kernels to AVX2) but not elsewhere, nor if built before that, and RL from another start can differ (README, The
+    paper in miniature). One
     safetensors file: its sha256, as `sha256sum` prints it; several: the sha256 of their digests in name order.
     None for a Hub name, a folder without safetensors, or weights over max_bytes (hashing reads ~1 GB/s)."""
     import hashlib

@@ -17,8 +17,11 @@ start so RL starts from a low but non-zero pass rate, as the paper starts RL fro
 import hashlib
 import json
 import os
+import platform
 import random
 import shutil
+import subprocess
+import sys
 import time
 
 from data import EOS, INTERRUPT_PHRASE, MATH_INSTRUCTION, THINK_END, THINK_START, format_prompt, final_answer
@@ -157,16 +160,50 @@ def toy_model_path(out_dir: str, name: str = "toy") -> str:
     return os.path.join(out_dir, f"{name}-{_toy_spec_hash(name)}")
 
 
+# One warm start for every x86 machine. Left to choose, PyTorch, MKL and oneDNN run AVX512 kernels where the CPU
+# has them, which round differently from AVX2 ones; over 900 warm-start steps that grows into another warm start,
+# and RL from the two differs (README, The paper in miniature: under a thinking budget x2 one rises 0.73 -> 0.95
+# in 100 steps, the other 0.66 -> 0.68 in 600). So the warm start is built in a child process whose kernels are
+# held to AVX2, which every x86-64 CPU of the last decade has; the thread count changes nothing (measured: 1 and
+# 2 threads, the same weights). MKL_CBWR asks MKL for the same results on Intel and AMD CPUs. Only the warm start
+# is held: training and generation use the machine's fastest kernels.
+REFERENCE_ISA_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2",
+                     "MKL_CBWR": "AVX2"}
+# sha256 of model.safetensors as the reference build writes it (torch 2.13.0+cpu, transformers 5.19.0; what
+# `sha256sum` prints and train.py logs as model_sha256). Another CPU architecture or another torch builds another
+# warm start: it trains, but its runs are not the README's.
+REFERENCE_SHA256 = {"toy": "096a327f3fc299200416b5c37afbc133f0e0db7672e61ffbbaa2c4f0e48348ef"}
+
+
+def reference_isa_env() -> dict:
+    """The environment the warm start is built in: REFERENCE_ISA_ENV on x86-64, nothing added elsewhere."""
+    x86 = platform.machine().lower() in ("x86_64", "amd64")
+    return dict(os.environ, **REFERENCE_ISA_ENV) if x86 else dict(os.environ)
+
+
 def build_toy_model(out_dir: str, name: str = "toy", log=print) -> str:
-    """Build, warm-start and save the toy model once; later calls return the cached folder. Written to a
-    temporary folder and renamed, so a crash never leaves a half-written model that looks complete. The same on
-    every machine with the same vector instructions, whatever its thread count, but not across them: an AVX2 and
-    an AVX512 CPU build different warm starts, which differ in what a thinking budget x2 does (README; train.py
-    logs the weights' sha256, and ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2
-    builds the AVX2 one on an AVX512 CPU)."""
+    """Build, warm-start and save the toy model once, in a child process held to AVX2 kernels (above); later calls
+    return the cached folder. Either way, says so when the weights are not the reference build's."""
     path = toy_model_path(out_dir, name)
-    if os.path.exists(os.path.join(path, "config.json")):
-        return path
+    if not os.path.exists(os.path.join(path, "config.json")):
+        done = subprocess.run([sys.executable, os.path.abspath(__file__), "--build_here", "--model", name,
+                               "--out_dir", out_dir], env=reference_isa_env())
+        if done.returncode != 0 or not os.path.exists(os.path.join(path, "config.json")):
+            raise RuntimeError(f"building the toy model {name} in {out_dir} failed (exit {done.returncode})")
+    from checkpoint import file_sha256
+    reference, built = REFERENCE_SHA256.get(name), file_sha256(os.path.join(path, "model.safetensors"))
+    if reference and built != reference:
+        log(f"note: the toy warm start in {path} (sha256 {built[:8]}...) is not the reference build "
+            f"({reference[:8]}...): another CPU architecture, torch, or a build from before the kernels were held "
+            f"to AVX2. It trains, but from another start than the README's runs; delete the folder to rebuild it")
+    return path
+
+
+def build_here(out_dir: str, name: str = "toy", log=print) -> str:
+    """Build, warm-start and save the toy model with this process's kernels (build_toy_model runs this in a child
+    held to AVX2). Written to a temporary folder and renamed, so a crash never leaves a half-written model that
+    looks complete."""
+    path = toy_model_path(out_dir, name)
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
     t0 = time.time()
@@ -258,10 +295,17 @@ def warm_start_accuracy(path: str, num_prompts: int = 300, samples: int = 4, lon
 if __name__ == "__main__":
     import argparse
     ap = argparse.ArgumentParser(description="Build the toy model (or find it cached) and print its folder.")
+    ap.add_argument("--model", default="toy", choices=list(MODELS), help="which toy (default: toy)")
+    ap.add_argument("--out_dir", default="out", help="where models are cached (default: out)")
     ap.add_argument("--accuracy", action="store_true", help="also print its accuracy by style (warm_start_accuracy)")
     ap.add_argument("--long", action="store_true", help="with --accuracy: on the long problems (8-9 terms)")
+    ap.add_argument("--build_here", action="store_true", help="build in this process with its own kernels "
+                    "(what build_toy_model runs in a child held to AVX2)")
     args = ap.parse_args()
-    path = build_toy_model("out")
+    if args.build_here:
+        build_here(args.out_dir, args.model, log=lambda line: print(line, flush=True))  # a parent may log to a file
+        sys.exit(0)
+    path = build_toy_model(args.out_dir, args.model)
     print(path)
     if args.accuracy:
         print(" ".join(f"{style} {acc:.3f}" for style, acc in warm_start_accuracy(path, long=args.long).items()))

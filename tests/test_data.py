@@ -2,8 +2,13 @@
 
     python -m pytest tests/test_data.py -q
 """
+import os
+import platform
 import random
+import subprocess
+import sys
 
+import checkpoint
 import data
 import rollouts
 import toy
@@ -45,6 +50,34 @@ def test_the_warm_start_has_finished_learning_to_add_and_copy(toy_path):
     0.17 here, and RL then spent thousands of steps teaching it to copy (docs/measurements.md)."""
     accuracy = toy.warm_start_accuracy(toy_path, num_prompts=60, samples=2)
     assert accuracy["free"] >= 0.9 and accuracy["concise"] >= 0.9, accuracy
+
+
+def test_the_warm_start_is_built_with_kernels_held_to_avx2():
+    """The child that builds the warm start runs PyTorch's AVX2 kernels even on an AVX512 CPU, so that every x86
+    machine builds the same weights (toy.py); without the hold, an AVX512 CPU's build is another warm start."""
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        assert toy.reference_isa_env() == dict(os.environ)
+        return
+    probe = "import torch; print(torch.backends.cpu.get_cpu_capability())"
+    held = subprocess.run([sys.executable, "-c", probe], env=toy.reference_isa_env(), capture_output=True, text=True)
+    assert held.stdout.strip() == "AVX2", held.stderr[-2000:]
+
+
+def test_a_warm_start_that_is_not_the_reference_build_is_named(tmp_path, toy_path):
+    """A cached warm start with other weights (another CPU, another torch, or an old unheld build) is used, and the
+    log says it is not the reference build; the reference build is used without a word."""
+    import shutil
+    path = toy.toy_model_path(str(tmp_path))
+    shutil.copytree(toy_path, path)
+    notes = []
+    assert toy.build_toy_model(str(tmp_path), log=notes.append) == path
+    reference = checkpoint.file_sha256(os.path.join(path, "model.safetensors")) == toy.REFERENCE_SHA256["toy"]
+    assert len(notes) == (0 if reference else 1)
+    with open(os.path.join(path, "model.safetensors"), "ab") as f:
+        f.write(b" ")  # other bytes, other weights as far as a hash can tell
+    notes.clear()
+    toy.build_toy_model(str(tmp_path), log=notes.append)
+    assert len(notes) == 1 and "not the reference build" in notes[0], notes
 
 
 def test_the_budget_sets_the_ceiling(tokenizer):
