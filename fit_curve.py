@@ -419,7 +419,7 @@ def plot(fits, path, x_key):
     from matplotlib.lines import Line2D
     ax.set_xscale("log")
     units = {"gpu_hours": "training compute, device-hours", "step": "optimizer steps",
-             "samples": "completions trained on", "tokens": "completion tokens trained on"}
+             "samples": "completions sampled for training (batch x steps)", "tokens": "completion tokens trained on"}
     ax.set_xlabel(f"{units.get(x_key, x_key)} (log scale)")
     ax.set_ylabel("validation pass rate (mean over held-out prompts x samples)")
     keys = [Line2D([], [], color="gray", marker="o", linestyle="", label="evaluation, fitted"),

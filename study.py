@@ -3,11 +3,11 @@ rows of §6, and the scaling axes of §5, then sigmoid fits, the paper's compari
 Each part fits an afternoon: wall-clock with --jobs 2 on the 2-core machine (README, The paper in miniature):
 
     python study.py --part seeds --jobs 2        # the default, 5 seeds: the axes' references (~80 min)
+    python study.py --part seeds-noclip --jobs 2 # the default without gradient clipping, 4 seeds
     python study.py --part loo --jobs 2          # §6 at a staleness that binds: references, 8op, DAPO, no-NPR
     python study.py --part loo-more --jobs 2     # §6: sample average, prompt norm, zero-var kept, length penalty, clip
     python study.py --part loo-bf16 --jobs 2     # §6: the FP32 head, beside its bf16 reference
-    python study.py --part axes-budget --jobs 2  # §5: thinking budget x2
-    python study.py --part axes-budget-long --jobs 2  # §5: thinking budget x2 for 400 steps
+    python study.py --part axes-budget --jobs 2  # §5: thinking budget x2, 600 steps
     python study.py --part axes-batch --jobs 2   # §5: batch x1/2 and x2
     python study.py --part axes-batch-long --jobs 2  # §5: batch x2 for 400 steps
     python study.py --part axes-gen --jobs 2     # §5: generations per prompt at a fixed batch
@@ -52,6 +52,8 @@ SEEDS = {f"default-s{s}": ["--seed", str(s)] for s in range(5)}
 STALE = ["--pipeline_depth", "8"]
 PARTS = {
     "seeds": SEEDS,
+    # the preset without gradient clipping (the paper's; MEASURED_WITH), from default-s0..3's (AVX2) warm start
+    "seeds-noclip": {f"noclip-s{s}": ["--grad_clip", "0", "--seed", str(s)] for s in range(4)},
     "loo": {  # the staleness rows: the off-policy schedule and the loss that must cope with stale tokens
         "stale-s0": [*STALE, "--seed", "0"],  # the reference for the LOO rows: the default at this depth
         "stale-s1": [*STALE, "--seed", "1"],
@@ -65,7 +67,7 @@ PARTS = {
         "loo-plan": [*STALE, "--adv_norm", "prompt"],  # prompt-level advantage normalization
         "loo-batch": [*STALE, "--no_zero_var_filter"],  # zero-variance groups kept in the batch
         "loo-lp": [*STALE, "--length_penalty"],  # DAPO length penalty instead of forced interruptions
-        "loo-clip": [*STALE, "--grad_clip", "0"],  # the paper's no clipping (the toy preset clips at 1.0)
+        "loo-clip": [*STALE, "--grad_clip", "0"],  # the paper's no clipping (the study's runs clip at 1.0)
     },
     # the FP32 head only matters beside a bf16 body, which the toy on a CPU does not have (config.TOY): this row
     # and its own reference run in bf16 (training ~4x slower on a CPU without native bf16)
@@ -73,18 +75,11 @@ PARTS = {
         "stale-bf16-s0": [*STALE, "--dtype", "bfloat16", "--seed", "0"],
         "loo-fp32": [*STALE, "--dtype", "bfloat16", "--no_fp32_head"],  # LM head in bf16 on both sides
     },
-    # paper §5, Table 1; axis name first in each run name
+    # paper §5, Table 1; axis name first in each run name. Thinking budget x2 for 600 steps: from the reference warm
+    # start it only creeps (0.660 -> 0.667 by step 200), so it runs three times the default's steps (README)
     "axes-budget": {
-        "budget2x-s0": ["--think_min_tokens", "2x", "--think_max_tokens", "2x", "--seed", "0"],
-        "budget2x-s1": ["--think_min_tokens", "2x", "--think_max_tokens", "2x", "--seed", "1"],
-    },
-    # budget x2 run twice as long, evaluated every 25 steps (an evaluation costs ~10 steps): at 200 steps from the
-    # AVX2 build of the warm start it crept 0.660 -> 0.667 with interruptions falling 0.27 -> 0.19, before any
-    # rise that would place its A. Planned for 1,000 steps, cut to 400 at step ~225 when both seeds had risen by
-    # step 100 and stayed flat since (README, The paper in miniature)
-    "axes-budget-long": {
-        f"budget2xlong-s{s}": ["--think_min_tokens", "2x", "--think_max_tokens", "2x", "--max_steps", "400",
-                               "--eval_every", "25", "--seed", str(s)] for s in range(2)
+        f"budget2x-s{s}": ["--think_min_tokens", "2x", "--think_max_tokens", "2x", "--max_steps", "600",
+                           "--eval_every", "20", "--seed", str(s)] for s in range(2)
     },
     "axes-batch": {
         "batch64-s0": ["--batch", "64", "--seed", "0"],
@@ -129,11 +124,22 @@ def runs_of(table: str) -> list[str]:
     return [n for part, runs in PARTS.items() if family(part) == table for n in runs]
 
 
-def flags_of(name: str) -> list[str]:
-    """A run's flags; "2x" means twice the toy preset's value of that flag."""
+# The study's runs were made when the toy preset clipped gradients at 1.0. The preset now follows the paper (no
+# clipping; seeds-noclip measured it), and every run keeps the clip it was measured with, so a rerun repeats it; a
+# run's own --grad_clip comes later and wins
+MEASURED_WITH = ["--grad_clip", "1.0"]
+
+
+def own_flags(name: str) -> list[str]:
+    """A run's flags in PARTS; "2x" means twice the toy preset's value of that flag."""
     import config
     flags = next(part[name] for part in PARTS.values() if name in part)
     return [str(2 * config.TOY[flags[i - 1].removeprefix("--")]) if f == "2x" else f for i, f in enumerate(flags)]
+
+
+def flags_of(name: str) -> list[str]:
+    """The command line of a run: MEASURED_WITH, then its own flags."""
+    return [*MEASURED_WITH, *own_flags(name)]
 
 
 def records(name: str) -> list[dict]:
@@ -248,11 +254,12 @@ def effects(rows: dict, groups: dict, dtype: dict) -> list[str]:
     """Each setting against its references, pooled over seeds: the difference of the means of A and of B (at the
     common A) and the ratio of C_mid (compared in log), each with a 95% interval from Student's t on the seed spread
     pooled over every group with two or more seeds (a setting with one seed is assumed to spread as the others do).
-    A run whose A is not identified (95% interval wider than 0.1: the run ends before its rise, and its B and C_mid
-    mean nothing either) is left out; a run whose A is beyond the margin from the common A has no B to compare."""
+    A run whose A is not identified (95% interval wider than 0.1, or C_mid beyond the fit's window: the run ends
+    before its rise, and its B and C_mid mean nothing either) is left out; a run whose A is beyond the margin from the common A has no B to compare."""
     import numpy as np
     from scipy import stats
-    fitted = {n: r for n, r in rows.items() if r.get("A_ci") and r["A_ci"][1] - r["A_ci"][0] <= 0.1 and r["C_mid"] > 0}
+    fitted = {n: r for n, r in rows.items() if r.get("A_ci") and r["A_ci"][1] - r["A_ci"][0] <= 0.1
+              and 0 < r["C_mid"] <= r["window"][1]}  # a fit whose window ends before C_mid may pin A to its bound
     values = {"A": {n: r["A"] for n, r in fitted.items()},  # B only where A is that of the others (fit_curve.py)
               "B": {n: r["B_at_A_common"] for n, r in fitted.items() if r["B_at_A_common"] is not None},
               "C_mid": {n: math.log(r["C_mid"]) for n, r in fitted.items()}}  # quantity -> run -> value
@@ -295,14 +302,16 @@ def effects(rows: dict, groups: dict, dtype: dict) -> list[str]:
     return lines
 
 
-def fit(table: str, margin: float = 0.02):
+def fit(table: str, margin: float = 0.02, x: str = "gpu_hours"):
     """Fits of a table's runs (seeds, loo or axes: every part of that family) and their references: A, B, C_mid
     with bootstrap intervals (fit_curve.py), the fit on the first half of each run's compute checked against its
     last evaluation, and a verdict against the references as the paper compares recipes (§4): A beyond the margin
     first (its 95% interval too), else B and C_mid against the references' range. The axes are judged against the
     default's seeds, the LOO rows against the default at their own staleness (stale-s*), each row against the
-    references of its own dtype."""
+    references of its own dtype. On another compute axis than device-hours (x: samples), the files are suffixed
+    with it: device-hours carry the speed of the machine a run ran on, samples are the same on every machine."""
     import config
+    suffix, unit = ("", "device-h") if x == "gpu_hours" else (f"-{x}", x)
     table_runs = runs_of(table)
     ref = [n for n in (table_runs if table == "loo" else SEEDS) if n.startswith(("default-", "stale-"))]
     dtype = {n: config.parse_args(flags_of(n)).dtype for n in [*ref, *table_runs]}
@@ -311,9 +320,9 @@ def fit(table: str, margin: float = 0.02):
     if not logs:
         print(f"study: no logs for table {table} yet")
         return
-    rows = {r["run"]: r for r in fit_curve(logs, "--margin", str(margin))}
-    halves = {r["run"]: r for r in fit_curve(logs, "--fit-fraction", "0.5", "--bootstrap", "0")}
-    with open(os.path.join(LOG_DIR, f"{table}-fits.json"), "w") as f:  # not .jsonl: fit_curve.py logs/study/*.jsonl
+    rows = {r["run"]: r for r in fit_curve(logs, "--margin", str(margin), "--x", x)}
+    halves = {r["run"]: r for r in fit_curve(logs, "--fit-fraction", "0.5", "--bootstrap", "0", "--x", x)}
+    with open(os.path.join(LOG_DIR, f"{table}{suffix}-fits.json"), "w") as f:  # not .jsonl: fit_curve.py logs/study/*.jsonl
         json.dump(list(rows.values()), f, indent=1)
     groups = {}  # dtype -> the reference runs with a fit: a row is judged against those of its own dtype
     done = {n: r for n, r in rows.items() if finished(n)}  # a run still training is shown, but judges nothing
@@ -337,6 +346,8 @@ def fit(table: str, margin: float = 0.02):
         seeds = groups.get(dtype[r["run"]], [])
         if not seeds:
             return "no reference yet"
+        if r["C_mid"] > r["window"][1]:  # still rising where its evaluations end: A may sit at the fit's bound
+            return "A not identified (C_mid beyond the last evaluation fitted)"
         A_ref = sum(s["A"] for s in seeds) / len(seeds)
         lo, hi = r.get("A_ci") or (r["A"], r["A"])
         # A beyond the margin counts only when its 95% interval is too (a run that ends before its rise is not)
@@ -348,7 +359,7 @@ def fit(table: str, margin: float = 0.02):
             against("C_mid", r["C_mid"], [s["C_mid"] for s in seeds], -1)
 
     stale_cols = table == "loo"  # the LOO rows' staleness: lags, and the tokens the loss clips
-    lines = ["| run | flags | A [95% CI] | B [95% CI] | C_mid device-h [95% CI] | R² | verdict | last eval ± s.e. | "
+    lines = [f"| run | flags | A [95% CI] | B [95% CI] | C_mid {unit} [95% CI] | R² | verdict | last eval ± s.e. | "
              "predicted from first half | error |" + (" mean lag | tokens at lag k − 1 | clipped tokens |"
                                                     if stale_cols else ""),
              "|---|---|---|---|---|---|---|---|---|---|" + ("---|---|---|" if stale_cols else "")]
@@ -362,7 +373,7 @@ def fit(table: str, margin: float = 0.02):
         ci = {k: r.get(f"{k}_ci") or [float("nan")] * 2 for k in ("A", "B", "C_mid")}
         st = staleness(name) if stale_cols else {}
         lines.append(
-            f"| {name} | `{' '.join(flags_of(name))}` | {r['A']:.3f} [{ci['A'][0]:.3f}, {ci['A'][1]:.3f}] | "
+            f"| {name} | `{' '.join(own_flags(name))}` | {r['A']:.3f} [{ci['A'][0]:.3f}, {ci['A'][1]:.3f}] | "
             f"{r['B']:.2f} [{ci['B'][0]:.2f}, {ci['B'][1]:.2f}] | {r['C_mid']:.3g} [{ci['C_mid'][0]:.3g}, "
             f"{ci['C_mid'][1]:.3g}] | {r['r2']:.3f} | {verdict(r)} | "
             f"{last.get('actual', float('nan')):.3f} ± {se:.3f} | {last.get('predicted', float('nan')):.3f} | "
@@ -381,17 +392,17 @@ def fit(table: str, margin: float = 0.02):
         lines += ["", "Each setting pooled over its seeds against its references (differences of means, 95% "
                   "intervals from the seed spread pooled over every group with two or more seeds; C_mid as a "
                   "ratio):", "", *pooled]
-    with open(os.path.join(LOG_DIR, f"{table}.md"), "w") as f:
+    with open(os.path.join(LOG_DIR, f"{table}{suffix}.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
-    plots = {f"study-{table}.png": logs}
+    plots = {f"study-{table}{suffix}.png": logs}
     if table == "axes":  # one figure per axis: the reference seeds and that axis's runs
         for axis in dict.fromkeys(n.split("-")[0] for n in table_runs):
             runs = [n for n in names if n.startswith(axis + "-")]
             if runs:  # an axis with no run yet gets no figure
-                plots[f"study-axis-{axis}.png"] = [log for n, log in zip(names, logs) if n in ref or n in runs]
+                plots[f"study-axis-{axis}{suffix}.png"] = [log for n, log in zip(names, logs) if n in ref or n in runs]
     for png, files in plots.items():
-        subprocess.run([sys.executable, "fit_curve.py", *files, "--fit-fraction", "0.5", "--bootstrap", "0",
+        subprocess.run([sys.executable, "fit_curve.py", *files, "--fit-fraction", "0.5", "--bootstrap", "0", "--x", x,
                         "--plot", os.path.join(DOCS_DIR, png)], cwd=ROOT, capture_output=True)
 
 
@@ -402,6 +413,11 @@ if __name__ == "__main__":
     ap.add_argument("--runs", default="", help="comma-separated run names from any part, run in this order "
                     "(default: all of --part); the table is still that of --part")
     ap.add_argument("--fit_only", action="store_true", help="skip training; fit the logs that exist")
+    ap.add_argument("--x", default="gpu_hours", choices=["gpu_hours", "samples"],
+                    help="compute axis of the fits: gpu_hours (the paper's device-hours; they carry the speed of "
+                         "the machine each run ran on) or samples (completions drawn, batch x steps: the same on "
+                         "every machine, blind to a recipe's cost per completion); other than gpu_hours, the "
+                         "tables and figures get a -<x> suffix")
     ap.add_argument("--jobs", type=int, default=1, choices=[1, 2],
                     help="runs at a time; 2 pins each run to its own core (on 2 cores: more runs per hour, and "
                          "every run sees the same 1-core machine, so their device-hours stay comparable)")
@@ -421,5 +437,5 @@ if __name__ == "__main__":
         threading.Thread(target=progress, args=(todo, stop), daemon=True).start()
         ok = run_all(todo, args.jobs)
         stop.set()
-    fit(family(args.part))
+    fit(family(args.part), x=args.x)
     sys.exit(0 if ok else 1)
