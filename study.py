@@ -52,7 +52,7 @@ SEEDS = {f"default-s{s}": ["--seed", str(s)] for s in range(5)}
 STALE = ["--pipeline_depth", "8"]
 PARTS = {
     "seeds": SEEDS,
-    # the preset without gradient clipping (the paper's; MEASURED_WITH), from default-s0..3's (AVX2) warm start
+    # the preset without gradient clipping (the paper's; MEASURED_WITH), from the reference warm start, as default-s0..3
     "seeds-noclip": {f"noclip-s{s}": ["--grad_clip", "0", "--seed", str(s)] for s in range(4)},
     "loo": {  # the staleness rows: the off-policy schedule and the loss that must cope with stale tokens
         "stale-s0": [*STALE, "--seed", "0"],  # the reference for the LOO rows: the default at this depth
@@ -255,7 +255,8 @@ def effects(rows: dict, groups: dict, dtype: dict) -> list[str]:
     common A) and the ratio of C_mid (compared in log), each with a 95% interval from Student's t on the seed spread
     pooled over every group with two or more seeds (a setting with one seed is assumed to spread as the others do).
     A run whose A is not identified (95% interval wider than 0.1, or C_mid beyond the fit's window: the run ends
-    before its rise, and its B and C_mid mean nothing either) is left out; a run whose A is beyond the margin from the common A has no B to compare."""
+    before its rise, and its B and C_mid mean nothing either) is left out; a run whose A is beyond the margin from
+    the common A has no B to compare."""
     import numpy as np
     from scipy import stats
     fitted = {n: r for n, r in rows.items() if r.get("A_ci") and r["A_ci"][1] - r["A_ci"][0] <= 0.1
@@ -322,7 +323,8 @@ def fit(table: str, margin: float = 0.02, x: str = "gpu_hours"):
         return
     rows = {r["run"]: r for r in fit_curve(logs, "--margin", str(margin), "--x", x)}
     halves = {r["run"]: r for r in fit_curve(logs, "--fit-fraction", "0.5", "--bootstrap", "0", "--x", x)}
-    with open(os.path.join(LOG_DIR, f"{table}{suffix}-fits.json"), "w") as f:  # not .jsonl: fit_curve.py logs/study/*.jsonl
+    # not .jsonl: `fit_curve.py logs/study/*.jsonl` must not read it
+    with open(os.path.join(LOG_DIR, f"{table}{suffix}-fits.json"), "w") as f:
         json.dump(list(rows.values()), f, indent=1)
     groups = {}  # dtype -> the reference runs with a fit: a row is judged against those of its own dtype
     done = {n: r for n, r in rows.items() if finished(n)}  # a run still training is shown, but judges nothing
