@@ -172,7 +172,8 @@ REFERENCE_ISA_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "
 # sha256 of model.safetensors as the reference build writes it (torch 2.13.0+cpu, transformers 5.19.0; what
 # `sha256sum` prints and train.py logs as model_sha256). Another CPU architecture or another torch builds another
 # warm start: it trains, but its runs are not the README's.
-REFERENCE_SHA256 = {"toy": "096a327f3fc299200416b5c37afbc133f0e0db7672e61ffbbaa2c4f0e48348ef"}
+REFERENCE_SHA256 = {"toy": "096a327f3fc299200416b5c37afbc133f0e0db7672e61ffbbaa2c4f0e48348ef",
+                    "toy-s": "3d247fb8bc1ac880fa4c0d5345a379f1f3d28a3a46f8c4c43b09949e2fdb7e2f"}
 
 
 def reference_isa_env() -> dict:
