@@ -204,6 +204,16 @@ class RunError(ValueError):
 
 
 _held_locks = []  # the run locks this process holds, open for its whole life
+_new_run_dirs = []  # the run folders this process created
+
+
+def drop_unstarted_runs():
+    """Remove the run folders this process created that hold nothing but their lock: a run refused at start-up
+    (a bad flag found after claim_run) leaves no empty folder behind."""
+    for run_dir in _new_run_dirs:
+        if os.listdir(run_dir) == ["lock"]:
+            os.remove(os.path.join(run_dir, "lock"))
+            os.rmdir(run_dir)
 
 
 def claim_run(run_dir: str, log_path: str, resume: bool):
@@ -222,6 +232,8 @@ def claim_run(run_dir: str, log_path: str, resume: bool):
             raise RunError(f"{flag} {folder} is not a writable folder ({type(e).__name__}: {e.strerror or e})") from None
     if resume and not os.path.isdir(run_dir):
         raise RunError(f"--resume: no run folder {run_dir}")
+    if not os.path.isdir(run_dir):
+        _new_run_dirs.append(run_dir)
     os.makedirs(run_dir, exist_ok=True)
     f = open(os.path.join(run_dir, "lock"), "a+")
     try:

@@ -90,6 +90,7 @@ def fail(msg: str, status: int = 2):
     """One line on stderr, no traceback, non-zero exit: for problems found before anything has run."""
     if master:
         print(f"error: {msg}", file=sys.stderr, flush=True)
+        checkpoint.drop_unstarted_runs()
     sys.exit(status)
 
 

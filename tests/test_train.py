@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from conftest import ROOT, run_train
+from conftest import OUT, ROOT, run_train
 
 SMALL = ["--batch", "32", "--group", "8", "--eval_prompts", "16", "--eval_samples", "2", "--eval_every", "2",
          "--save_every", "-1"]
@@ -58,10 +58,12 @@ def test_bad_flags_exit_2_with_one_line(flags, needle):
     (["--log_dir", "/etc/passwd/x"], "--log_dir"),  # found before the engine starts, not at the first record
     (["--out_dir", "/etc/passwd/x"], "--out_dir"),
 ])
-def test_problems_found_before_start_up_exit_2(flags, needle, toy_path):
-    proc = run_train(*flags, "--max_steps", "1", timeout=120)
+def test_problems_found_before_start_up_exit_2(flags, needle, toy_path, run_name):
+    """...and leave no run folder behind (the run was claimed, locked, then refused)."""
+    proc = run_train(*flags, "--max_steps", "1", "--run_name", (name := run_name()), timeout=120)
     assert one_line_error(proc), proc.stdout
     assert needle in proc.stdout
+    assert not os.path.exists(os.path.join(OUT, name))
 
 
 def test_a_bad_dataset_is_reported_before_any_model_is_built(tmp_path):
