@@ -114,7 +114,7 @@ TOY_TIED = False
 # The toy models by name (`--model toy-s|toy|toy-l`): the model-size axis of the paper (§5) in miniature.
 # Same tokenizer, task and warm start (each its own 900 steps); head size 32 throughout (vLLM's CPU attention
 # takes 32 and up). toy-s is half the toy's width (0.29M parameters against 1.08M; its warm start builds in
-# minutes, so the axis fits an afternoon), toy-l twice the width and 1.5x the depth (~6M; hours to build).
+# minutes, so the axis fits an afternoon), toy-l twice the width and 1.5x the depth (6.1M; 87 minutes to build on one core).
 MODELS = {
     "toy-s": dict(vocab_size=384, hidden_size=64, intermediate_size=256, num_hidden_layers=4,
                   num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=512),
@@ -173,7 +173,8 @@ REFERENCE_ISA_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "
 # `sha256sum` prints and train.py logs as model_sha256). Another CPU architecture or another torch builds another
 # warm start: it trains, but its runs are not the README's.
 REFERENCE_SHA256 = {"toy": "096a327f3fc299200416b5c37afbc133f0e0db7672e61ffbbaa2c4f0e48348ef",
-                    "toy-s": "3d247fb8bc1ac880fa4c0d5345a379f1f3d28a3a46f8c4c43b09949e2fdb7e2f"}
+                    "toy-s": "3d247fb8bc1ac880fa4c0d5345a379f1f3d28a3a46f8c4c43b09949e2fdb7e2f",
+                    "toy-l": "74bf4f2821fe9188a5dc8d9a93d21806860ee303fb79a29251a0599b7543e258"}
 
 
 def reference_isa_env() -> dict:
