@@ -8,11 +8,12 @@ Each part fits an afternoon: wall-clock with --jobs 2 on the 2-core machine (REA
     python study.py --part loo-more --jobs 2     # §6: sample average, prompt norm, zero-var kept, length penalty, clip
     python study.py --part loo-bf16 --jobs 2     # §6: the FP32 head, beside its bf16 reference
     python study.py --part axes-budget --jobs 2  # §5: thinking budget x2, 600 steps
+    python study.py --part axes-budget-l --jobs 2  # §5: thinking budget x2 on the larger toy-l
     python study.py --part axes-batch --jobs 2   # §5: batch x1/2 and x2
     python study.py --part axes-batch-long --jobs 2  # §5: batch x2 for 400 steps
     python study.py --part axes-gen --jobs 2     # §5: generations per prompt at a fixed batch
     python study.py --part axes-model --jobs 2   # §5: a smaller model, toy-s (first builds its warm start)
-    python study.py --part axes-model-l --jobs 2 # §5: a larger model, toy-l (its warm start alone takes hours)
+    python study.py --part axes-model-l --jobs 2 # §5: a larger model, toy-l (first builds its warm start: 87 min)
     python study.py --part axes --fit_only       # just the fits, tables and figures from logs/study/*.jsonl
 
 Each run is `python train.py <flags> --run_name <name> --log_dir logs/study` with the toy's defaults. A run
@@ -80,6 +81,12 @@ PARTS = {
     "axes-budget": {
         f"budget2x-s{s}": ["--think_min_tokens", "2x", "--think_max_tokens", "2x", "--max_steps", "600",
                            "--eval_every", "20", "--seed", str(s)] for s in range(2)
+    },
+    # the budget x2 on the larger toy-l, whose warm start solves long sums concisely (0.872) where the toy's does
+    # not (0.071): whether a larger model makes the longer budget's ceiling reachable (README)
+    "axes-budget-l": {
+        f"budget2x-l-s{s}": ["--model", "toy-l", "--think_min_tokens", "2x", "--think_max_tokens", "2x",
+                             "--seed", str(s)] for s in range(2)
     },
     "axes-batch": {
         "batch64-s0": ["--batch", "64", "--seed", "0"],
