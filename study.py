@@ -20,7 +20,7 @@ Each run is `python train.py <flags> --run_name <name> --log_dir logs/study` wit
 whose log holds its final evaluation is not run again; kill the script at any time and start it again: an
 interrupted run resumes from its last checkpoint. Every minute a progress line gives each running run's step
 and latest pass rate. The parts of one family share a table: logs/study/<family>.md (seeds, loo or axes),
-logs/study/<family>-fits.json, docs/study-<family>.png and, for the axes, docs/study-axis-<axis>.png.
+logs/study/<family>-fits.json and docs/study-<family>.png (for the axes, one docs/study-axis-<axis>.png each).
 """
 import argparse
 import glob
@@ -404,8 +404,10 @@ def fit(table: str, margin: float = 0.02, x: str = "gpu_hours"):
     with open(os.path.join(LOG_DIR, f"{table}{suffix}.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
-    plots = {f"study-{table}{suffix}.png": logs}
-    if table == "axes":  # one figure per axis: the reference seeds and that axis's runs
+    # one figure for the seeds and for the LOO rows; for the axes one per axis (the reference seeds and that axis's
+    # runs): all ~25 axes runs in one figure tangle, and their legend hides the curves
+    plots = {} if table == "axes" else {f"study-{table}{suffix}.png": logs}
+    if table == "axes":
         for axis in dict.fromkeys(n.split("-")[0] for n in table_runs):
             runs = [n for n in names if n.startswith(axis + "-")]
             if runs:  # an axis with no run yet gets no figure

@@ -128,6 +128,7 @@ def test_an_axis_is_judged_against_the_seeds(tmp_path, monkeypatch):
     assert "higher A" not in rows["gen4-s0"] and "lower A" not in rows["gen4-s0"], rows["gen4-s0"]
     assert abs(float(rows["default-s0"].split("|")[-2])) < 0.02  # error of the fit on the first half
     assert (tmp_path / "study-axis-budget2x.png").exists() and (tmp_path / "study-axis-batch64.png").exists()
+    assert not (tmp_path / "study-axes.png").exists()  # one figure per axis, not all of them in one
 
 
 def test_loo_rows_are_judged_against_references_of_their_own_dtype(tmp_path, monkeypatch):
