@@ -14,6 +14,7 @@ Each part fits an afternoon: wall-clock with --jobs 2 on the 2-core machine (REA
     python study.py --part axes-gen --jobs 2     # §5: generations per prompt at a fixed batch
     python study.py --part axes-model --jobs 2   # §5: a smaller model, toy-s (first builds its warm start)
     python study.py --part axes-model-l --jobs 2 # §5: a larger model, toy-l (first builds its warm start: 87 min)
+    python study.py --part axes-depth --jobs 2   # the pipeline at depth 1: whole batches on-policy (~15 min)
     python study.py --part axes --fit_only       # just the fits, tables and figures from logs/study/*.jsonl
 
 Each run is `python train.py <flags> --run_name <name> --log_dir logs/study` with the toy's defaults. A run
@@ -119,6 +120,9 @@ PARTS = {
         "model-l-s0": ["--model", "toy-l", "--seed", "0"],
         "model-l-s1": ["--model", "toy-l", "--seed", "1"],
     },
+    # the pipeline at depth 1: one batch in flight, so every step trains on-policy on a whole batch, where depth 2
+    # (the default) trains one step on the short problems that finish first and the next on the long ones (README)
+    "axes-depth": {f"depth1-s{s}": ["--pipeline_depth", "1", "--seed", str(s)] for s in range(2)},
 }
 
 
