@@ -410,8 +410,10 @@ def fit(table: str, margin: float = 0.02, x: str = "gpu_hours"):
     print("\n".join(lines))
     # one figure for the seeds and for the LOO rows; for the axes one per axis (the reference seeds and that axis's
     # runs): all ~25 axes runs in one figure tangle, and their legend hides the curves
-    plots = {} if table == "axes" else {f"study-{table}{suffix}.png": logs}
-    if table == "axes":
+    plots = {}
+    if table != "axes":
+        plots[f"study-{table}{suffix}.png"] = logs
+    else:
         for axis in dict.fromkeys(n.split("-")[0] for n in table_runs):
             runs = [n for n in names if n.startswith(axis + "-")]
             if runs:  # an axis with no run yet gets no figure
