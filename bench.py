@@ -28,14 +28,19 @@ On CPU it also reports torch's thread count beside vLLM's engine and the trainer
     python bench.py --trainer_only --shapes 0.5b,1.5b --micro_batch_tokens_list 8192,16384,32768   # a GPU, no vLLM
 
 3. --trainer_only: the trainer alone, importing no vLLM (it runs where vLLM is not installed), on random-initialized
-   Qwen2.5-shaped models (bf16 body, FP32 LM head, FSDP2 world of one) and synthetic groups of the given lengths:
-   trained tokens/s, peak memory and MFU = model FLOPs per token x tokens/s / the device's dense bf16 peak.
+   Qwen2.5-shaped models (the --dtype body, bf16 on a GPU; FP32 LM head; FSDP2 world of one; train.py's
+   --activation_checkpointing and --logprob_chunk_tokens) and synthetic groups of the given lengths: trained
+   tokens/s, peak memory (allocated on GPU, the process's peak RSS on CPU) and MFU = model FLOPs per token x
+   tokens/s / the device's dense bf16 peak. One long sequence's memory, with and without checkpointing and chunks:
+   python bench.py --trainer_only --shapes smollm2 --sequences 2 --trainer_group 2 --prompt_tokens 64 \
+       --completion_tokens 8192 --micro_batch_tokens_list 8192 --trainer_steps 0 --activation_checkpointing on
 """
 import argparse
 import json
 import math
 import os
 import pickle
+import resource
 import statistics
 import subprocess
 import sys
@@ -236,6 +241,8 @@ SHAPES = {
                  num_key_value_heads=2, vocab_size=151936),
     "1.5b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
                  num_key_value_heads=2, vocab_size=151936),
+    "smollm2": dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
+                    num_key_value_heads=3, vocab_size=49152),  # SmolLM2-135M's shape
 }
 PEAK_BF16_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "A10": 125.0}  # dense, per device
 
@@ -268,13 +275,15 @@ def trainer_only(args, flags: list[str]) -> list[dict]:
     name = torch.cuda.get_device_name() if device.type == "cuda" else "cpu"
     peak = args.peak_tflops or next((t for k, t in PEAK_BF16_TFLOPS.items() if k in name), 0.0)
     rng, rows = random.Random(0), []
+    base = config_mod.parse_args(["--model", "bench", *flags])  # dtype (auto: bf16 on GPU), checkpointing, chunks
     for shape_name in args.shapes.split(","):
         shape = SHAPES[shape_name]
         torch.manual_seed(0)
         model = AutoModelForCausalLM.from_config(Qwen2Config(**shape, tie_word_embeddings=True,
                                                              max_position_embeddings=32768), dtype=torch.float32)
         params = sum(p.numel() for p in model.parameters())
-        model = policy.build(model, device, torch.bfloat16, fp32_head=True)
+        model = policy.build(model, device, getattr(torch, base.dtype), True, None,
+                             base.activation_checkpointing == "on", base.logprob_chunk_tokens)
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-7, eps=1e-15, weight_decay=0.01)
         v = shape["vocab_size"]
 
@@ -308,15 +317,16 @@ def trainer_only(args, flags: list[str]) -> list[dict]:
                     times.append(time.time() - t0)
             completion = sum(len(s.token_ids) for g in batch for s in g.samples)
             positions = completion + len(batch) * args.trainer_group * args.prompt_tokens
-            seconds = statistics.median(times)
+            seconds = statistics.median(times) if times else float("nan")  # --trainer_steps 0: memory only
             flops = model_flops(shape, positions, completion, positions / (len(batch) * args.trainer_group))
-            peak_gib = (torch.cuda.max_memory_allocated() if device.type == "cuda" else 0) / 2**30
+            peak_gib = (torch.cuda.max_memory_allocated() if device.type == "cuda" else  # CPU: the process's peak RSS
+                        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024) / 2**30
             rows.append({"shape": shape_name, "params": params, "micro_batch_tokens": budget, "device": name,
                          "seconds_per_step": seconds, "tokens_per_s": positions / seconds, "peak_mem_gib": peak_gib,
                          "tflops": flops / seconds / 1e12, "mfu": flops / seconds / (peak * 1e12) if peak else None,
                          "padding_frac": padding, "positions": positions})
             r = rows[-1]
-            print(f"{shape_name:>5} ({params / 1e6:.0f}M) micro_batch_tokens {budget:>6}: {seconds:.3f} s/step, "
+            print(f"{shape_name:>7} ({params / 1e6:.0f}M) micro_batch_tokens {budget:>6}: {seconds:.3f} s/step, "
                   f"{r['tokens_per_s']:.0f} tokens/s, {r['tflops']:.1f} TFLOP/s, MFU "
                   + (f"{r['mfu']:.1%}" if peak else "n/a (no peak known: --peak_tflops)")
                   + f", peak memory {peak_gib:.1f} GiB, padding {padding:.1%}", flush=True)

@@ -40,6 +40,16 @@ def model_dir(run_dir: str, step: int) -> str:
     return os.path.join(run_dir, f"ckpt-{step:06d}")
 
 
+def write_token(path: str) -> str:
+    """A random token written to path and synced: other ranks read it back to prove they share the folder."""
+    token = os.urandom(8).hex()
+    with open(path, "w") as f:
+        f.write(token)
+        f.flush()
+        os.fsync(f.fileno())
+    return token
+
+
 def all_checkpoints(run_dir: str) -> list[str]:
     """Complete (renamed) checkpoint folders, oldest first."""
     return sorted(glob.glob(os.path.join(run_dir, "ckpt-[0-9]*[0-9]")))

@@ -48,6 +48,10 @@ class Config:
     batch: int = 768  # completions per optimizer step (before zero-variance filtering)
     group: int = 16  # completions per prompt, G
     micro_batch_tokens: int = 16384  # per forward/backward: rows x longest row, padding included (memory knob)
+    logprob_chunk_tokens: int = 1024  # positions per chunk at the LM head: bounds its fp32 logits to chunk x vocab
+    activation_checkpointing: Literal["auto", "on", "off"] = "auto"  # recompute each decoder layer in backward;
+    #                                                                  auto = on on GPU, off on CPU
+    tp: int = 1  # GPUs per vLLM engine (tensor parallelism); it must divide the ranks of a node
 
     # --- off-policy setup (paper §3.1) ---
     mode: str = "pipeline"  # rollouts.SCHEDULES: pipeline = PipelineRL-k, ppo = PPO-off-policy-k, sync = on-policy
@@ -90,7 +94,7 @@ class Config:
     length_penalty: bool = False  # DAPO overlong penalty (Eq. 9) instead of interruptions (turns them off)
     fp32_head: bool = True  # LM head and log-softmax in fp32 on generator and trainer (paper §3.2(c))
     vllm_memory: float = 0.0  # vLLM's share of each GPU (bf16 weights + KV cache); 0 = what the trainer leaves it
-    #                           (policy.gpu_memory_split, printed at start-up)
+    #                           (devices.plan_memory, printed at start-up)
     vllm_kv_cache_gib: int = 1  # KV cache size on CPU, GiB (vLLM's kv_cache_memory_bytes)
 
     # --- optimizer (paper A.3) ---
@@ -252,9 +256,13 @@ def parse_args(argv: list[str]) -> Config:
         values["k"] = 1  # on-policy by definition
     if values.get("length_penalty") and "interruptions" not in given:
         values["interruptions"] = False  # the penalty replaces the interruptions (paper §4, LOO row "lp")
-    if values.get("dtype", Config.dtype) == "auto":
+    if "auto" in (values.get("dtype", Config.dtype), values.get("activation_checkpointing", "auto")):
         import torch
-        values["dtype"] = "bfloat16" if torch.cuda.is_available() else "float32"
+        cuda = torch.cuda.is_available()
+        if values.get("dtype", Config.dtype) == "auto":
+            values["dtype"] = "bfloat16" if cuda else "float32"
+        if values.get("activation_checkpointing", "auto") == "auto":
+            values["activation_checkpointing"] = "on" if cuda else "off"
     cfg = Config(**values)
     object.__setattr__(cfg, "typed", frozenset(given))  # the flags typed (not a field: the log records values)
     validate(cfg)
@@ -296,6 +304,7 @@ def validate(cfg: Config) -> None:
     if not 0 <= cfg.vllm_memory <= 1:
         bad(f"--vllm_memory is a fraction in (0, 1], or 0 to derive it, got {cfg.vllm_memory}")
     for name in ("max_steps", "warmup_steps", "eval_samples", "eval_prompts", "micro_batch_tokens", "pipeline_depth",
+                 "logprob_chunk_tokens", "tp",
                  "prompt_max_tokens", "answer_max_tokens", "keep_checkpoints", "max_bad_steps", "vllm_kv_cache_gib"):
         if getattr(cfg, name) < (0 if name in ("warmup_steps", "max_steps") else 1):
             bad(f"--{name} must be positive, got {getattr(cfg, name)}")

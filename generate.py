@@ -11,20 +11,26 @@ and in-memory weight updates. It knows nothing of schedules or losses (rollouts.
     (vLLM's own weight-version spans), so ratios are right for completions spanning several versions.
   * update_weights: the trainer's tensors loaded in place while requests may still be running (PipelineRL's
     in-flight update, §3.1); their KV cache stays as it was computed.
+  * engine_args: where and how the engine runs (executor, tensor parallelism, memory, sleep mode, prefix cache,
+    chunked prefill), a pure function of the config, the device and the layout of ranks (devices.py).
 
 vLLM's own thinking budget (reasoning_config) can force a phrase too, but in 0.32 its CPU path does not see a
-natural </think> when the forced string is longer than </think>, so we run the answer as a second request.
+natural </think> when the forced string is longer than </think>, so we run the answer as a second request. With
+the prefix cache (always on a GPU) it reuses its prompt's and thinking's KV instead of prefilling them again.
 """
 import hashlib
+import logging
 import os
 import random
 import time
 from dataclasses import dataclass, field
 
+from devices import Layout, check_engine_device
+
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # keep the engine in this process: weights in place
-# vLLM's start-up chatter and its per-update "Failed to load weights" for layers with nothing to reload (rotary
-# embeddings, a tied head, re-tied below) are noise here; VLLM_LOGGING_LEVEL=INFO shows everything
-os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+# vLLM's warnings are shown (a weight that failed to reload would otherwise only show as a growing mismatch),
+# but not its start-up chatter; VLLM_LOGGING_LEVEL=INFO shows everything
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 
 
 class Progress:
@@ -93,6 +99,7 @@ class Group:
     prompt_ids: list[int]
     answer: str
     samples: list[Sample]
+    salt: int = 0  # the weight version when submitted: its requests share prefix-cache blocks with no other version
 
     def first_version(self) -> int | None:
         """The oldest first token among the samples, None if none has started: what the lag is measured from."""
@@ -108,17 +115,16 @@ def seed_of(*key) -> int:
 class Generator:
     """The in-process vLLM engine, driven request by request through llm_engine.add_request / step."""
 
-    def __init__(self, cfg, model_path: str, tokenizer, device: str, updates_in_flight: bool, gpu_memory: float = 0.0):
-        """cfg: sampling (seed, temperature, budgets, interruptions) and engine settings (dtype, fp32_head, memory;
-        gpu_memory: vLLM's share of a GPU where --vllm_memory is 0). updates_in_flight: weights change while
-        requests run (PipelineRL), which decides two things.
-          * Watching requests run: the lag bound needs each running group's first-token version, so its requests
-            report every step (vLLM's cumulative outputs). Without updates in flight (sync, PPO-off-policy, and
-            evaluation always) the engine gets the whole batch and reports each completion once, when it
-            finishes (FINAL_ONLY, as vLLM's own LLM.generate): no per-step Python over the running batch.
-          * The prefix cache: it shares a group's prompt prefill, but a block computed by old weights must never
-            be reused after an update (a common stale-cache bug in RL loops), so the cache is reset after every
-            update, and vLLM cannot reset it while requests hold blocks: with updates in flight it is off."""
+    def __init__(self, cfg, model_path: str, tokenizer, device: str, updates_in_flight: bool,
+                 layout: Layout = Layout(), gpu_memory: float = 0.0, seqs_in_flight: int = 0,
+                 prefix_caching: bool | None = None):
+        """cfg: sampling (seed, temperature, budgets, interruptions) and engine settings; device: this rank's
+        ("cpu" or "cuda:N"); layout: the ranks and their tensor-parallel groups; gpu_memory: vLLM's share of the
+        GPU (the memory plan's); seqs_in_flight: sequences the schedule keeps in this engine at once.
+        updates_in_flight: weights change while requests run (PipelineRL). Requests whose lag the schedule
+        tracks then report every step (vLLM's cumulative outputs); otherwise (sync, PPO-off-policy, evaluation)
+        the engine reports each completion once, finished (FINAL_ONLY, as LLM.generate). The engine's arguments
+        are engine_args' (a pure function, tested for GPUs on a CPU); prefix_caching overrides its choice."""
         from vllm import LLM, SamplingParams
         from vllm.sampling_params import RequestOutputKind
         self.SamplingParams, self.OutputKind = SamplingParams, RequestOutputKind
@@ -128,31 +134,22 @@ class Generator:
         # the thinking phase ends where the model writes </think>: one stop token where the tokenizer has it,
         # else the stop string (vLLM matches it in the detokenized text, so those requests detokenize)
         self.think_end_id = think_end_id(tokenizer)
-        on_cpu = device == "cpu"
         self.updates_in_flight = updates_in_flight
-        self.prefix_caching = not updates_in_flight
-        self.llm = LLM(
-            model=model_path, tokenizer=model_path, seed=cfg.seed, dtype=cfg.dtype,
-            max_model_len=cfg.vllm_max_len(len(self.phrase_ids)),
-            enable_prefix_caching=self.prefix_caching,
-            max_num_seqs=max(256, 2 * cfg.batch),
-            # on CPU the KV cache is a fixed size in host RAM; on GPU a fraction of the device's memory
-            gpu_memory_utilization=cfg.vllm_memory or gpu_memory or 0.5,  # GPU: --vllm_memory, else train.py's split
-            kv_cache_memory_bytes=cfg.vllm_kv_cache_gib << 30 if on_cpu else None,
-            # fp32 LM head on the generator (paper §3.2(c)); vLLM 0.32 documents this override for RL
-            hf_overrides={"head_dtype": "float32"} if cfg.fp32_head else None,
-            # pi_gen is the distribution actually sampled from (after temperature)
-            logprobs_mode="processed_logprobs",
-            enforce_eager=on_cpu,  # on CPU torch.compile costs ~30 s at start-up and gains nothing here
-            async_scheduling=False,  # a step's tokens must come from the weights loaded before it
-            # per-request seeds make sampling independent of batch composition and engine history (exact resume),
-            # but vLLM 0.32 rewinds a seeded request's generator after a chunked prefill, which CPU generators
-            # cannot do ("CPU Generator does not use offset"): prefill whole prompts instead
-            enable_chunked_prefill=False,
-            disable_log_stats=True,
-        )
+        args = engine_args(cfg, model_path, device.split(":")[0], layout, cfg.vllm_max_len(len(self.phrase_ids)),
+                           updates_in_flight, gpu_memory, seqs_in_flight)
+        if prefix_caching is not None:
+            args["enable_prefix_caching"] = prefix_caching
+        self.prefix_caching = args["enable_prefix_caching"]
+        self.sleeps, self.asleep = args["enable_sleep_mode"], False  # see sleep()
+        self.llm = LLM(**args)
+        check_engine_device(device, self.llm.collective_rpc(_worker_device)[0], layout.rank)
+        if device.startswith("cuda"):  # and the rank's current device, which vLLM's worker set
+            import torch
+            check_engine_device(device, f"cuda:{torch.cuda.current_device()}", layout.rank)
         self.engine = self.llm.llm_engine
         self.tied_embeddings = bool(getattr(self.engine.model_config.hf_config, "tie_word_embeddings", False))
+        logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").addFilter(
+            _ExpectedReloadWarnings(self.tied_embeddings))
         self.set_version(0)
         self._live: dict[str, tuple[Group, int, int]] = {}  # request id -> (group, sample index, phase)
         self._groups: dict[str, Group] = {}  # uid -> group still generating
@@ -160,11 +157,12 @@ class Generator:
         self.finished: list[Group] = []  # done groups not yet taken by anyone
         self._seen: dict[str, int] = {}  # request id -> tokens it had at the last step
         self.tokens_decoded = [0, 0]  # tokens sampled so far for [evaluation, training] requests
+        self.cached_tokens = {0: 0, 1: 0}  # prompt tokens taken from the prefix cache, by phase (thinking, answer)
         self.min_tokens = 0  # bench.py and tests force long completions with this (each request at most its budget)
 
     # --- requests ---
     def submit(self, uid: str, prompt_idx: int, prompt_ids: list[int], answer: str, n: int, serial: int = -1):
-        group = Group(uid, serial, prompt_idx, prompt_ids, answer, [Sample() for _ in range(n)])
+        group = Group(uid, serial, prompt_idx, prompt_ids, answer, [Sample() for _ in range(n)], salt=self.version)
         self._groups[uid] = group
         self._pending[uid] = n
         for i in range(n):
@@ -190,7 +188,11 @@ class Generator:
         params = self.SamplingParams(max_tokens=max_tokens, stop_token_ids=stop,
                                      min_tokens=min(self.min_tokens, max_tokens), **common)
         rid = f"{group.uid}/{i}/{phase}"
-        self.engine.add_request(rid, {"prompt_token_ids": group.prompt_ids + s.token_ids}, params)
+        # the prefix cache shares KV only among requests of one salt: the weight version at the group's
+        # submission. The answer phase reuses its thinking's KV, as computed (stale across an in-flight update,
+        # as PipelineRL keeps it); no request reuses KV computed before its group was submitted.
+        self.engine.add_request(rid, {"prompt_token_ids": group.prompt_ids + s.token_ids,
+                                      "cache_salt": f"v{group.salt}"}, params)
         self._live[rid] = (group, i, phase)
 
     def step(self) -> int:
@@ -210,6 +212,7 @@ class Generator:
             if not out.finished:
                 continue
             del self._live[out.request_id], self._seen[out.request_id]
+            self.cached_tokens[phase] += out.num_cached_tokens or 0
             versions = [-1] * len(o.token_ids)
             for span in o.weight_versions or []:
                 versions[span.start:span.end] = [int(span.version)] * (span.end - span.start)
@@ -263,22 +266,113 @@ class Generator:
         self.version = version
         self.engine.set_weight_version(str(version))
 
-    def update_weights(self, named_tensors):
+    def sleep(self):
+        """Free the engine's GPU memory while the trainer runs (sync and PPO on GPUs, see engine_args): level 2
+        discards weights and KV cache. Level 1 would copy the bf16 weights to host memory and back each step, and
+        the weight sync overwrites them anyway. Nothing may be in flight. A no-op where sleep mode is off."""
+        if self.sleeps and not self.asleep:
+            self.llm.sleep(level=2)
+            self.asleep = True
+
+    def update_weights(self, named_tensors, new_version: bool = True):
         """Load the trainer's weights (HF names, any dtype) into the engine, in memory, one tensor at a time (the
         engine in this process consumes the iterator: a sharded model is gathered tensor by tensor); the engine's
-        own loaders cast, fuse (qkv, gate_up) and tie them. Unfinished requests keep their KV cache (PipelineRL)."""
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(named_tensors),
-                                                           "is_checkpoint_format": True})
-        if self.tied_embeddings:
-            self.llm.apply_model(_retie_lm_head)
-        self.set_version(self.version + 1)
-        if self.prefix_caching and not self.engine.reset_prefix_cache():
-            raise RuntimeError("could not reset vLLM's prefix cache after a weight update")
-
+        own loaders cast, fuse (qkv, gate_up) and tie them. Unfinished requests keep their KV cache (PipelineRL).
+        A sleeping engine is woken: weights first, then the KV cache. new_version False: the same weights again
+        (after a sleep with no optimizer step). If the engine fails, the tensors it did not take are still drawn
+        from the iterator (every other rank is gathering them) before the error is raised, in one line, so the
+        caller can stop every rank together instead of leaving them waiting in a collective."""
+        tensors = iter(named_tensors)
+        try:
+            if self.asleep:
+                import torch
+                torch.cuda.empty_cache()  # what the trainer freed, back to the device for vLLM
+                self.llm.wake_up(tags=["weights"])
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": tensors,
+                                                               "is_checkpoint_format": True})
+            if self.tied_embeddings:
+                self.llm.apply_model(_retie_lm_head)
+            if self.asleep:
+                self.llm.wake_up(tags=["kv_cache"])
+                self.asleep = False
+        except Exception as e:
+            for _ in tensors:  # the other ranks are gathering these
+                pass
+            raise RuntimeError(one_line(e, 300)) from None
+        if new_version:
+            self.set_version(self.version + 1)
 
     def close(self):
         """Shut the engine down (vLLM also destroys the torch process group it shares with the trainer)."""
         self.engine.engine_core.shutdown()
+
+
+def prefix_caching(device_type: str, updates_in_flight: bool) -> bool:
+    """Whether the engine keeps a prefix cache. Requests are salted with their submission's weight version
+    (Generator._add), so no request reuses KV from weights older than its own start, and the cache needs no reset
+    after an update. On GPU it is always on: a group's G completions share one prompt prefill, and the answer
+    phase (a second request, see the module's docstring) reuses prompt and thinking instead of re-prefilling up to
+    ~14k tokens. On CPU, with updates in flight, it stays off: re-prefilling the toy's ~90-token sequences costs
+    little, and the toy's measured runs were made so."""
+    return device_type == "cuda" or not updates_in_flight
+
+
+def engine_args(cfg, model_path: str, device_type: str, layout: Layout, max_len: int, updates_in_flight: bool,
+                gpu_memory: float = 0.0, seqs_in_flight: int = 0) -> dict:
+    """vllm.LLM's arguments for this rank: a pure function of the config, device type ("cuda" or "cpu"), layout,
+    the longest sequence (tokens) and the memory plan's share (gpu_memory), tested for every combination on a CPU.
+    * Placement: under torchrun the external_launcher executor, whose worker takes torchrun's RANK and
+      LOCAL_RANK (cuda:LOCAL_RANK, a compile cache per rank) and joins the trainer's process group; ranks
+      engine*tp .. engine*tp + tp - 1 share one engine with tensor parallelism. vLLM's default (uniprocess)
+      executor would put every rank's engine on cuda:0.
+    * Memory: on GPU a share of the device (gpu_memory; --vllm_memory wins), and sleep mode where nothing is in
+      flight while the trainer runs (sync, PPO); on CPU a fixed KV cache in host memory.
+    * max_num_seqs: the sequences the schedule keeps in one engine (at least vLLM's default 256): no more can be
+      in flight, and vLLM sizes its sampler buffers and profiling by it.
+    * Chunked prefill: on GPU, with a bounded batch of 8,192 tokens. On CPU it is off: vLLM 0.32 rewinds a seeded
+      request's generator after a chunked prefill, which CPU generators cannot do ("CPU Generator does not use
+      offset"); the GPU sampler hashes (seed, position) and needs no rewind."""
+    cuda = device_type == "cuda"
+    max_seqs = max(256, seqs_in_flight)
+    args = dict(
+        model=model_path, tokenizer=model_path, seed=cfg.seed, dtype=cfg.dtype, max_model_len=max_len,
+        tensor_parallel_size=layout.tp,
+        distributed_executor_backend="external_launcher" if layout.world > 1 else None,
+        enable_prefix_caching=prefix_caching(device_type, updates_in_flight),
+        max_num_seqs=max_seqs,
+        gpu_memory_utilization=cfg.vllm_memory or gpu_memory or 0.5,
+        kv_cache_memory_bytes=None if cuda else cfg.vllm_kv_cache_gib << 30,
+        enable_sleep_mode=cuda and not updates_in_flight,
+        # fp32 LM head on the generator (paper §3.2(c)); vLLM 0.32 documents this override for RL
+        hf_overrides={"head_dtype": "float32"} if cfg.fp32_head else None,
+        logprobs_mode="processed_logprobs",  # pi_gen is the distribution actually sampled from (after temperature)
+        enforce_eager=not cuda,  # on CPU torch.compile costs ~30 s at start-up and gains nothing here
+        async_scheduling=False,  # a step's tokens must come from the weights loaded before it
+        enable_chunked_prefill=cuda,
+        disable_log_stats=True,
+    )
+    if cuda:
+        args["max_num_batched_tokens"] = max(8192, max_seqs)
+    return args
+
+
+class _ExpectedReloadWarnings(logging.Filter):
+    """vLLM warns "<layer>: Failed to load weights" at every update for layers that hold no checkpoint weights:
+    rotary embeddings (computed tables) and, in a model with tied embeddings, the LM head (re-tied by
+    update_weights). Those lines are dropped; any other layer that fails to reload is shown."""
+
+    def __init__(self, tied: bool):
+        super().__init__()
+        self.expected = ("Rotary", "ParallelLMHead") if tied else ("Rotary",)
+
+    def filter(self, record) -> bool:
+        message = record.getMessage()
+        return not ("Failed to load weights" in message and any(e in message.split(":")[0] for e in self.expected))
+
+
+def _worker_device(worker) -> str:
+    """Where the engine's worker put the model (run inside the worker by collective_rpc)."""
+    return str(worker.device)
 
 
 def _retie_lm_head(model):
@@ -295,7 +389,7 @@ def _retie_lm_head(model):
     heads[0].quant_method.process_weights_after_loading(heads[0])
 
 
-from data import INTERRUPT_PHRASE, THINK_END, think_end_id  # noqa: E402  (after the env vars above)
+from data import INTERRUPT_PHRASE, THINK_END, one_line, think_end_id  # noqa: E402  (after the env vars above)
 
 if __name__ == "__main__":
     import data

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-from transformers import AutoModelForCausalLM
+from transformers import AutoConfig, AutoModelForCausalLM
 
 import losses
 
@@ -102,46 +102,98 @@ def from_gguf(path: str, out_dir: str, log=print) -> str:
     return final
 
 
-def build(path, device: torch.device, compute_dtype: torch.dtype, fp32_head: bool):
-    """Load (fp32) and shard over the default process group (a world of one works too). `path` may also be a
-    model already made (bench.py's random-initialized shapes)."""
-    model = path if isinstance(path, torch.nn.Module) else AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    model = model.to(device)
+def build(path, device: torch.device, compute_dtype: torch.dtype, fp32_head: bool, mesh=None,
+          checkpointing: bool = False, chunk_tokens: int = 1024):
+    """Load (fp32) and shard with FSDP2 over `mesh` (None: the default process group; a world of one works too).
+    `path` may also be a model already made (bench.py's random-initialized shapes).
+    Only rank 0 reads the weights, into host memory; the other ranks build the model on the meta device (no
+    memory) and, once sharded, receive their shards from rank 0 (set_model_state_dict, broadcast_from_rank0).
+    fully_shard moves one unit at a time to the device and keeps its shard, so no GPU ever holds the whole fp32
+    model, and the host holds one copy, not one per rank.
+    checkpointing: each decoder layer keeps only its input and recomputes the rest in backward (activations ~2 x
+    hidden bytes per position per layer instead of ~34). chunk_tokens: positions per chunk at the LM head
+    (LogprobHead)."""
+    import torch.distributed as dist
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+    world = dist.get_world_size() if dist.is_initialized() else 1
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    broadcast = world > 1 and not isinstance(path, torch.nn.Module)
+    if isinstance(path, torch.nn.Module):
+        model = path
+    elif rank == 0:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    else:
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path), dtype=torch.float32)
+    full_state = model.state_dict() if broadcast and rank == 0 else {}
     if model.config._attn_implementation not in ("sdpa", "eager"):  # flash attention: see completion_logprobs
         raise ValueError(f"attention {model.config._attn_implementation!r} cannot mask packed rows; use sdpa or eager")
+    attach_head(model, chunk_tokens)
     for layer in model.base_model.layers:
-        fully_shard(layer, mp_policy=MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32))
-    fully_shard(model, mp_policy=MixedPrecisionPolicy(param_dtype=torch.float32 if fp32_head else compute_dtype,
-                                                      reduce_dtype=torch.float32))
-    return model
+        if checkpointing:
+            from torch.distributed._composable import checkpoint
+            checkpoint(layer)  # before fully_shard, as FSDP2 expects: backward regathers the layer and recomputes it
+        fully_shard(layer, mesh=mesh, mp_policy=MixedPrecisionPolicy(param_dtype=compute_dtype,
+                                                                      reduce_dtype=torch.float32))
+    fully_shard(model, mesh=mesh, mp_policy=MixedPrecisionPolicy(
+        param_dtype=torch.float32 if fp32_head else compute_dtype, reduce_dtype=torch.float32))
+    if broadcast:
+        if rank != 0:
+            model.to_empty(device=device)
+        set_model_state_dict(model, full_state, options=StateDictOptions(full_state_dict=True,
+                                                                         broadcast_from_rank0=True))
+        for buffer in model.buffers():  # rotary frequencies and the like are not in the state dict: rank 0's
+            dist.broadcast(buffer, src=0)
+    return model.to(device)
 
 
-def gpu_memory_split(num_params: int, world: int, model_config, micro_batch_tokens: int, total_bytes: int,
-                     margin_bytes: int = 2 << 30) -> tuple[float, str]:
-    """vLLM's share of a GPU that it shares with the trainer, from the trainer's needs -> (fraction, the split in
-    one line for the start-up log).
-    Per GPU the trainer holds fp32 weights, gradients and two AdamW moments, 16 bytes per parameter / world
-    (FSDP2), activations of one micro-batch (~34 x hidden bytes per token per layer without recomputation,
-    Korthikanti et al. 2022), and the fp32 logits, log-softmax and gradient of the positions the head runs on (3 x
-    micro_batch_tokens x vocab x 4 bytes at most); margin_bytes covers the CUDA context and collective buffers. vLLM
-    gets the rest, at most 0.9. Raises ValueError when the rest cannot hold vLLM's bf16 weights and 1 GiB of
-    KV cache."""
-    gib = 2**30
-    parts = {"states": 16 * num_params / world,
-             "activations": 34 * model_config.hidden_size * model_config.num_hidden_layers * micro_batch_tokens,
-             "logits": 3 * micro_batch_tokens * model_config.vocab_size * 4, "margin": margin_bytes}
-    trainer = sum(parts.values())
-    vllm_weights = 2 * num_params
-    if total_bytes - trainer < vllm_weights + gib:
-        raise ValueError(f"the trainer needs ~{trainer / gib:.1f} GiB of the GPU's {total_bytes / gib:.1f}, leaving too "
-                         f"little for vLLM's {vllm_weights / gib:.1f} GiB of weights and a KV cache: lower "
-                         "--micro_batch_tokens, use more GPUs, or set --vllm_memory yourself")
-    fraction = min(0.9, (total_bytes - trainer) / total_bytes)
-    g = {k: v / gib for k, v in parts.items()}
-    return fraction, (f"GPU memory per device: {total_bytes / gib:.0f} GiB; trainer ~{trainer / gib:.1f} (weights, "
-                      f"gradients and AdamW {g['states']:.1f}, activations {g['activations']:.1f}, logits "
-                      f"{g['logits']:.1f}, margin {g['margin']:.0f}); vLLM {fraction:.2f} = {fraction * total_bytes / gib:.1f} "
-                      f"GiB (weights {vllm_weights / gib:.1f} + KV cache)")
+class LogprobHead(torch.nn.Module):
+    """The LM head as the trainer uses it: from the final hidden states of every position (B, width, H) to the
+    log-prob and entropy of the completion tokens only, (N, 2) fp32, chunk_tokens positions at a time. With
+    several chunks each chunk's (chunk, vocab) fp32 logits are recomputed in backward rather than kept, so no
+    fp32 tensor larger than chunk x vocab exists, whatever the sequence length. It replaces the model's lm_head
+    and keeps its weight (the same Parameter: tied embeddings stay tied, the name stays lm_head.weight), so it
+    runs inside the model's forward, where FSDP2 has gathered the root unit's weights; completion_logprobs sets
+    what to pick in `request` before each call."""
+
+    def __init__(self, weight: torch.nn.Parameter, chunk_tokens: int):
+        super().__init__()
+        self.weight, self.chunk_tokens, self.request = weight, chunk_tokens, None
+
+    def forward(self, hidden):  # (B, width, H)
+        rows, positions, targets, temperature = self.request
+        picked = hidden[rows, positions]  # (N, H): the positions that predict a completion token
+        chunk = self.chunk_tokens if self.chunk_tokens > 0 else max(len(targets), 1)
+        out = []
+        for i in range(0, len(targets), chunk):
+            args = (picked[i:i + chunk], self.weight, targets[i:i + chunk], temperature)
+            if len(targets) > chunk:  # several chunks: recompute each in backward instead of keeping its logits
+                out.append(torch.utils.checkpoint.checkpoint(_head_chunk, *args, use_reentrant=False))
+            else:
+                out.append(_head_chunk(*args))
+        return torch.cat(out)
+
+
+def _head_chunk(hidden, weight, targets, temperature: float):
+    """(n, H) hidden states -> (n, 2): the log-prob of each target (nats, fp32, differentiable) and the entropy
+    of its distribution (nats, detached: a metric)."""
+    logprobs = torch.log_softmax((hidden.to(weight.dtype) @ weight.T).float() / temperature, dim=-1)  # (n, V)
+    picked = logprobs.gather(-1, targets[:, None])[:, 0]
+    with torch.no_grad():
+        entropy = -(logprobs.exp() * logprobs).sum(-1)
+    return torch.stack([picked, entropy], dim=-1)
+
+
+def attach_head(model, chunk_tokens: int = 1024):
+    """Put a LogprobHead in place of the model's lm_head (once). Models that scale or soft-cap their logits after
+    the head are refused: the LogprobHead would skip that step."""
+    if isinstance(model.lm_head, LogprobHead):
+        return
+    for name in ("final_logit_softcapping", "logit_scale", "logits_scaling"):
+        if getattr(model.config, name, None) not in (None, 1, 1.0):
+            raise ValueError(f"{type(model).__name__} transforms its logits after the head ({name}), which the "
+                             "trainer's chunked LM head does not do")
+    model.lm_head = LogprobHead(model.lm_head.weight, chunk_tokens)
 
 
 def completion_logprobs(model, rows: list[list[tuple[list[int], list[int]]]], temperature: float, pad_id: int
@@ -152,7 +204,9 @@ def completion_logprobs(model, rows: list[list[tuple[list[int], list[int]]]], te
     attention_mask transformers masks attention block-diagonally (masking_utils.find_packed_sequence_indices: a
     position id other than the previous + 1 starts a sequence; sdpa and eager then get a causal mask within each
     sequence), so every token's result is that of its sequence alone (tested). Flash attention reads packing
-    from position ids only in a batch of one row, hence build's check."""
+    from position ids only in a batch of one row, hence build's check. The LM head runs on the N positions that
+    predict a completion token only, in chunks (LogprobHead)."""
+    attach_head(model)
     dev = next(model.parameters()).device
     width = max(sum(len(p) + len(c) for p, c in row) for row in rows)
     ids, pos, picks = [], [], []  # picks: (row, position that predicts the token) of each completion token
@@ -168,19 +222,13 @@ def completion_logprobs(model, rows: list[list[tuple[list[int], list[int]]]], te
         tail = width - len(ids[i])
         ids[i] += [pad_id] * tail
         pos[i] += range(tail)
-    # The head runs on positions start..width-2 of every row (logits_to_keep picks the same ones in each): from
-    # the earliest that predicts a completion token (the last prompt token of a row's first sequence); so also on
-    # the prompts packed after it, and on padding. Completion positions alone would take the final hidden states
-    # and the head outside model(), where FSDP2 has not gathered the head's weights.
-    start = min(len(row[0][0]) for row in rows) - 1
-    out = model(input_ids=torch.tensor(ids, device=dev), position_ids=torch.tensor(pos, device=dev),  # (B, width)
-                logits_to_keep=torch.arange(start, width - 1, device=dev), use_cache=False)  # (B, width - 1 - start, V)
     r, t = torch.tensor(picks, device=dev).T
-    logprobs = torch.log_softmax(out.logits[r, t - start].float() / temperature, dim=-1)  # (N, V) fp32
     targets = torch.tensor([tok for row in rows for _, c in row for tok in c], device=dev)
-    with torch.no_grad():
-        entropy = -(logprobs.exp() * logprobs).sum(-1)
-    return logprobs.gather(-1, targets[:, None])[:, 0], entropy
+    model.lm_head.request = (r, t, targets, temperature)
+    out = model(input_ids=torch.tensor(ids, device=dev), position_ids=torch.tensor(pos, device=dev),  # (B, width)
+                logits_to_keep=0, use_cache=False).logits  # (N, 2): the LogprobHead's output
+    model.lm_head.request = None
+    return out[:, 0], out[:, 1].detach()
 
 
 def pack(items: list, budget_tokens: int, length, packed: bool = True) -> tuple[list[list[list]], float]:
@@ -333,6 +381,9 @@ def optimizer_step(model, optimizer, lr: float, grad_clip: float, loss: float, h
     return grad_norm, finite
 
 
-def full_weights(model):
-    """(HF name, full tensor) of every parameter, gathered from the FSDP2 shards one tensor at a time."""
-    return ((name, p.full_tensor() if hasattr(p, "full_tensor") else p.detach()) for name, p in model.named_parameters())
+def full_weights(model, dtype: torch.dtype = torch.float32):
+    """(HF name, full tensor in dtype) of every parameter, gathered from the FSDP2 shards one tensor at a time;
+    each shard is cast before the gather, so a bf16 engine receives half the bytes of the fp32 masters."""
+    for name, p in model.named_parameters():
+        p = p.detach().to(dtype)
+        yield name, p.full_tensor() if hasattr(p, "full_tensor") else p

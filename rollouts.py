@@ -1,8 +1,8 @@
 """What a step trains on: which prompts (the curriculum, with No-Positive-Resampling), their graded groups,
 and when they were generated relative to the weights (the off-policy schedules, paper §3.1).
 
-    rollouts = Rollouts(gen, sampler, grade, cfg, rank, world)
-    groups = rollouts.next_batch()        # one step's graded groups, per cfg.mode
+    rollouts = Rollouts(gen, sampler, grade, cfg, layout)
+    groups = rollouts.next_batch()        # this rank's graded groups for one step, per cfg.mode
 
 Three ideas of the paper live here, each in one place:
   * No-Positive-Resampling (§3.2(d)): PromptSampler records every graded group's pass rate (gathered from
@@ -14,6 +14,10 @@ Three ideas of the paper live here, each in one place:
     so a trained completion's tokens come from at most k consecutive policy versions, and k = 1 is on-policy
     in every schedule (version v = the weights after v optimizer steps).
   * Rewards (A.3) and the DAPO length penalty (Eq. 9): grade_groups.
+
+With tensor parallelism (--tp N) the N ranks of an engine submit the same requests (the engine's share of every
+draw) and see the same finished groups; each then grades and trains on every N-th of them (Rollouts.share), so
+no completion is trained twice and the global batch is the one N times as many engines would make.
 """
 import random
 import time
@@ -22,6 +26,7 @@ from typing import Callable
 
 import torch.distributed as dist
 
+from devices import Layout
 from generate import Generator, Group, Progress
 
 
@@ -134,8 +139,8 @@ def ppo(r: "Rollouts") -> list[Group]:
     one mini-batch at a time (the i-th is i versions stale)."""
     if not r.queue:
         r.submit(r.cfg.prompts_per_step * r.cfg.k)
-        r.queue = r.generate_all()
-    per_rank = r.cfg.prompts_per_step // r.world
+        r.queue = r.generate_all()  # this rank's share of the k steps, in draw order
+    per_rank = r.cfg.prompts_per_step // r.layout.world
     batch, r.queue = r.queue[:per_rank], r.queue[per_rank:]
     return batch
 
@@ -150,7 +155,7 @@ def pipeline(r: "Rollouts") -> list[Group]:
     even as the toy's, lags reach k - 1 only at depth >= k; a long straggler can age to k - 1 at any depth).
     Every rank draws the same number of prompts, whatever its own engine holds: the sampler is global."""
     cfg, gen = r.cfg, r.gen
-    need = cfg.prompts_per_step // r.world
+    need = cfg.prompts_per_step // r.layout.engines  # this engine's share of a step
     r.submit(r.refill if r.refill is not None else cfg.prompts_per_step * (cfg.pipeline_depth if cfg.k > 1 else 1))
     oldest = gen.version - (cfg.k - 1)  # the oldest version a group trained now may start at
 
@@ -164,33 +169,39 @@ def pipeline(r: "Rollouts") -> list[Group]:
     ready = sorted(gen.finished, key=lambda g: (g.first_version(), g.serial))
     batch = ready[:max(need, sum(map(due, ready)))]  # (more than a batch only if more than one is due)
     r.refill = len(batch)
-    if dist.is_initialized() and dist.get_world_size() > 1:  # what all ranks took, drawn again by every rank
+    if dist.is_initialized() and dist.get_world_size() > 1:  # what all engines took, drawn again by every rank
         taken = [None] * dist.get_world_size()
         dist.all_gather_object(taken, len(batch))
-        r.refill = sum(taken)
-    return r.grade(gen.take({g.uid for g in batch}))
+        r.refill = sum(taken) // r.layout.tp  # each engine's ranks all report its batch
+    return r.grade(r.share(gen.take({g.uid for g in batch})))
 
 
 @dataclass(frozen=True)
 class Schedule:
     next_batch: Callable[["Rollouts"], list[Group]]
-    updates_in_flight: bool  # requests are running when weights change: the engine cannot use a prefix cache
+    updates_in_flight: bool  # requests are running when weights change (else the engine may sleep meanwhile)
+    steps_in_flight: Callable  # cfg -> steps' worth of prompts one engine holds at once (sizes vLLM's batch)
 
 
 SCHEDULES = {
-    "pipeline": Schedule(pipeline, updates_in_flight=True),
-    "ppo": Schedule(ppo, updates_in_flight=False),
-    "sync": Schedule(sync, updates_in_flight=False),
+    "pipeline": Schedule(pipeline, updates_in_flight=True, steps_in_flight=lambda cfg: cfg.pipeline_depth if cfg.k > 1 else 1),
+    "ppo": Schedule(ppo, updates_in_flight=False, steps_in_flight=lambda cfg: cfg.k),
+    "sync": Schedule(sync, updates_in_flight=False, steps_in_flight=lambda cfg: 1),
 }
+
+
+def seqs_in_flight(cfg, engines: int) -> int:
+    """Completions one engine holds at once under cfg.mode (vLLM's max_num_seqs; the memory plan's KV demand)."""
+    return SCHEDULES[cfg.mode].steps_in_flight(cfg) * cfg.batch // engines
 
 
 class Rollouts:
     """One batch of finished, graded groups per optimizer step, by the schedule cfg.mode. With several ranks
     each rank generates its share of every global draw (PromptSampler.draw) and calls next_batch once per
-    step like every other rank, so the global batch is the same for any world size."""
+    step like every other rank, so the global batch is the same for any world size and tensor-parallel size."""
 
-    def __init__(self, gen: Generator, sampler: PromptSampler, grade, cfg, rank: int = 0, world: int = 1):
-        self.gen, self.sampler, self.grade_fn, self.cfg, self.rank, self.world = gen, sampler, grade, cfg, rank, world
+    def __init__(self, gen: Generator, sampler: PromptSampler, grade, cfg, layout: Layout = Layout()):
+        self.gen, self.sampler, self.grade_fn, self.cfg, self.layout = gen, sampler, grade, cfg, layout
         self.schedule = SCHEDULES[cfg.mode]
         self.queue: list[Group] = []  # ppo: the rest of the k mini-batches, in draw order
         self.refill: int | None = None  # pipeline: prompts to draw next (None: fill the pipeline, as after a resume)
@@ -210,15 +221,19 @@ class Rollouts:
         return groups
 
     def submit(self, n_global: int):
-        """Draw n_global prompts (this rank's share) and start cfg.group completions of each."""
-        for prompt_idx, serial in self.sampler.draw(n_global, self.rank, self.world):
+        """Draw n_global prompts (this engine's share) and start cfg.group completions of each."""
+        for prompt_idx, serial in self.sampler.draw(n_global, self.layout.engine, self.layout.engines):
             row = self.sampler.rows[prompt_idx]
             self.gen.submit(str(serial), prompt_idx, row["prompt_ids"], row["answer"], self.cfg.group, serial)
 
     def generate_all(self) -> list[Group]:
         """Every group in flight, finished and graded, in draw order (whatever order they finished in)."""
         groups = self.gen.run_until_done({g.uid for g in self.gen.inflight()}, "generate")
-        return sorted(self.grade(groups), key=lambda g: g.serial)
+        return self.grade(self.share(sorted(groups, key=lambda g: g.serial)))
+
+    def share(self, groups: list[Group]) -> list[Group]:
+        """This rank's part of its engine's groups: every tp-th, from its place in the engine's ranks."""
+        return groups[self.layout.tp_rank::self.layout.tp]
 
     def grade(self, groups: list[Group]) -> list[Group]:
         t0 = time.time()
@@ -228,7 +243,8 @@ class Rollouts:
         return groups
 
     def pending(self) -> list[tuple[int, int]]:
-        """(serial, prompt) of this rank's draws not trained on yet: in flight, finished, or queued."""
+        """(serial, prompt) of this engine's draws not trained on yet: in flight, finished, or queued (the ranks
+        of an engine report the same draws; the checkpoint keeps each once)."""
         return [(g.serial, g.prompt_idx) for g in self.gen.inflight() + self.gen.finished + self.queue if g.serial >= 0]
 
 
@@ -238,17 +254,21 @@ def ungraded(grade) -> int:
 
 
 # --- evaluation (paper §2.1) ---------------------------------------------------------------------------------------
-def evaluate(gen: Generator, rows: list[dict], cfg, grade, first_index: int = 0, stride: int = 1) -> dict:
+def evaluate(gen: Generator, rows: list[dict], cfg, grade, first_index: int = 0, stride: int = 1,
+             share: tuple[int, int] = (0, 1)) -> dict:
     """Sums over these held-out prompts, eval_samples completions each (the paper's mean@16 is correct /
     samples; its standard error is sqrt(variance_sum) / prompts). Seeds come from each prompt's index in the whole validation set (rows[j] is number
     first_index + j * stride), so every evaluation, on any number of ranks, samples alike: successive pass
-    rates differ by the policy only."""
+    rates differ by the policy only. share (i, n): the ranks of a tensor-parallel engine generate the same
+    groups and each grades and counts every n-th, from the i-th."""
     uids = set()
     for j, row in enumerate(rows):
         uid = f"eval-{first_index + j * stride}"
         gen.submit(uid, j, row["prompt_ids"], row["answer"], cfg.eval_samples)
         uids.add(uid)
     groups = gen.run_until_done(uids, "evaluate") if uids else []
+    if share[1] > 1:  # in the order of the prompts, the same on every rank of the engine
+        groups = sorted(groups, key=lambda g: int(g.uid.split("-")[1]))[share[0]::share[1]]
     samples = [s for g in groups for s in g.samples]
     before = ungraded(grade)
     if hasattr(grade, "new_budget"):  # the step's grading budget for every --batch completions graded (all ranks)

@@ -48,8 +48,9 @@ interrupt = Interrupt()  # before the slow imports below (vLLM): a Ctrl-C in sta
 
 import config  # noqa: E402
 import data  # noqa: E402
+import devices  # noqa: E402
 from generate import Generator  # noqa: E402  sets vLLM's in-process env vars before vllm loads
-from rollouts import SCHEDULES, PromptSampler, Rollouts, evaluate  # noqa: E402
+from rollouts import SCHEDULES, PromptSampler, Rollouts, evaluate, seqs_in_flight  # noqa: E402
 
 
 cfg = config.main()  # a bad flag exits 2 here, before any model, dataset or engine is loaded
@@ -66,11 +67,16 @@ import policy  # noqa: E402
 
 # -----------------------------------------------------------------------------------------------------------
 # compute init: torchrun sets RANK/WORLD_SIZE; plain python is a world of one. FSDP2 runs in both, so the
-# 1-process and N-process paths are the same code (and the CPU tests exercise the multi-GPU path).
+# 1-process and N-process paths are the same code (and the CPU tests exercise the multi-GPU path). Each rank
+# trains on its own device (cuda:LOCAL_RANK) and runs vLLM there, alone or in a tensor-parallel group (devices.py).
 t_start = time.time()
-distributed = "RANK" in os.environ
-rank, world = (int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])) if distributed else (0, 1)
-device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if torch.cuda.is_available() else "cpu")
+try:
+    layout = devices.layout_from_env(cfg.tp)
+except ValueError as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
+distributed, rank, world = "RANK" in os.environ, layout.rank, layout.world
+device = torch.device(layout.device(torch.cuda.is_available()))
 if device.type == "cuda":
     torch.cuda.set_device(device)
 # ranks wait in collectives while rank 0 alone hashes and verifies a checkpoint (minutes for a large model):
@@ -124,6 +130,16 @@ run_name = names[0]
 run_dir = os.path.join(cfg.out_dir, run_name)
 log_path = os.path.join(cfg.log_dir, f"{run_name}.jsonl")
 on_rank0(lambda: checkpoint.claim_run(run_dir, log_path, cfg.resume))  # writable, new or resumable, one writer
+if world > 1:  # rank 0 alone writes out_dir (toy, GGUF conversion, checkpoints); every rank must read it
+    token = on_rank0(lambda: checkpoint.write_token(os.path.join(run_dir, "shared")))
+    try:
+        devices.check_shared_dir(os.path.join(run_dir, "shared"), token, rank, os.uname().nodename)
+    except RuntimeError as e:
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        sys.exit(2)
+    dist.barrier()
+    if master:
+        os.remove(os.path.join(run_dir, "shared"))
 try:  # the dataset before any model: a bad one is reported at once, not after the toy's warm start
     task_rows = data.read_task(cfg, log=print0)
 except data.DataError as e:
@@ -150,14 +166,19 @@ if cfg.vllm_max_len(phrase_tokens) > context:
          f"{cfg.answer_max_tokens} tokens exceed the model's context of {context}")
 if cfg.eval_every != -1 and cfg.eval_prompts > len(eval_rows) and "eval_prompts" in cfg.typed:
     fail(f"--eval_prompts {cfg.eval_prompts} is more than the {len(eval_rows)} validation prompts")
-eval_rows = eval_rows[:cfg.eval_prompts][rank::world]  # the default asks for "up to 1,000"; each rank grades its share
+eval_rows = eval_rows[:cfg.eval_prompts][layout.engine::layout.engines]  # "up to 1,000"; each engine its share
 sampler = PromptSampler(train_rows, cfg.seed, cfg.npr, cfg.npr_threshold)  # identical on every rank
 
 # the trainer (policy.py): FSDP2, fp32 master weights, the body in compute_dtype and the LM head in fp32
 resume_from = checkpoint.find_latest(run_dir, log=print0) if cfg.resume else None
 if cfg.resume and resume_from is None:
     fail(f"--resume: no complete checkpoint in {run_dir}")
-model = policy.build(resume_from or model_path, device, compute_dtype, cfg.fp32_head)
+mesh = None  # FSDP2 over all ranks; across nodes HSDP: replicate over nodes, shard within each (devices.py)
+if layout.nodes > 1:
+    from torch.distributed.device_mesh import init_device_mesh
+    mesh = init_device_mesh(device.type, layout.mesh_shape(), mesh_dim_names=("replicate", "shard"))
+model = policy.build(resume_from or model_path, device, compute_dtype, cfg.fp32_head, mesh,
+                     cfg.activation_checkpointing == "on", cfg.logprob_chunk_tokens)
 optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, eps=cfg.adam_eps, weight_decay=cfg.weight_decay)
 pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 
@@ -169,29 +190,33 @@ if resume_from:
     except RuntimeError as e:
         fail(str(e))
     print0(f"resumed {run_name} from {resume_from} at step {state['step']}")
-# the generator (generate.py) loads the same weights; the schedule says whether updates land mid-request
-gpu_share = 0.0  # vLLM's share of each GPU: --vllm_memory, or what the trainer leaves (policy.gpu_memory_split)
-if device.type == "cuda" and not cfg.vllm_memory:
-    try:  # FSDP2's DTensors count whole parameters
-        gpu_share, split = policy.gpu_memory_split(sum(p.numel() for p in model.parameters()), world, model_config,
-                                                   cfg.micro_batch_tokens, torch.cuda.get_device_properties(device).total_memory)
-    except ValueError as e:
-        fail(str(e))
-    print0(split)
+# the generator (generate.py) loads the same weights; the schedule says whether updates land mid-request and
+# how many sequences an engine holds; on a GPU the memory plan (devices.py) splits the device with the trainer
+in_flight = SCHEDULES[cfg.mode].updates_in_flight
+engine_seqs = seqs_in_flight(cfg, layout.engines)
+plan = None
+if device.type == "cuda":  # FSDP2's DTensors count whole parameters
+    shape = devices.ModelShape.of(model_config, sum(p.numel() for p in model.parameters()))
+    budget = devices.Budget(cfg.vllm_max_len(phrase_tokens), cfg.micro_batch_tokens, cfg.logprob_chunk_tokens,
+                            cfg.activation_checkpointing == "on", engine_seqs, sleeps=not in_flight)
+    plan = devices.plan_memory(shape, budget, torch.cuda.get_device_properties(device).total_memory, world,
+                               layout.local_world if layout.nodes > 1 else world, cfg.tp, cfg.vllm_memory)
+    print0(plan.lines())
+    if plan.problem:
+        fail(plan.problem)
+print0(f"placement: {world} rank(s) on {layout.nodes} node(s); trainer on {device} per rank; {layout.engines} vLLM "
+       f"engine(s) of {cfg.tp} rank(s), {engine_seqs} sequences in flight each")
 engine_error = None
 try:
-    gen = Generator(cfg, resume_from or model_path, tokenizer, device.type,
-                    updates_in_flight=SCHEDULES[cfg.mode].updates_in_flight, gpu_memory=gpu_share)
+    gen = Generator(cfg, resume_from or model_path, tokenizer, str(device), in_flight, layout,
+                    plan.vllm_fraction if plan else 0.0, engine_seqs)
 except Exception as e:  # too little memory for the KV cache, an unsupported model...: one line, status 4
     engine_error = f"the vLLM engine failed to start on rank {rank}: {data.one_line(e, 300)}"
 engine_errors = [None] * world
 dist.all_gather_object(engine_errors, engine_error)  # every rank learns of a failure on any rank
 if any(engine_errors):
     fail(next(e for e in engine_errors if e), 4)
-if resume_from:  # and once more through update_weights, as the running engine got them: on CPUs with AMX, vLLM's
-    gen.update_weights(policy.full_weights(model))  # bf16 numerics differ between a fresh load and a reload
-gen.set_version(state["version"])
-rollouts = Rollouts(gen, sampler, grade, cfg, rank, world)
+
 
 
 # -----------------------------------------------------------------------------------------------------------
@@ -280,12 +305,30 @@ def guarded(work, what: str, step: int):
         sys.exit(4)
 
 
+def sync_weights(new_version: bool = True):
+    """The trainer's weights into this rank's engine, cast to its dtype before the gather. A failure on any rank
+    stops every rank with one line, exit status 4 (the failing rank still gathers the rest: none waits forever)."""
+    error = None
+    try:
+        gen.update_weights(policy.full_weights(model, compute_dtype), new_version)
+    except RuntimeError as e:
+        error = str(e)
+    if all_reduce({"failed": error is not None}, op=dist.ReduceOp.MAX)["failed"]:
+        errors = [None] * world
+        dist.all_gather_object(errors, error)
+        r = next(i for i, e in enumerate(errors) if e)
+        log({"kind": "error", "step": state["step"] + 1, "message": f"weight sync failed on rank {r}: {errors[r]}"})
+        fail(f"the weight sync failed at step {state['step'] + 1} on rank {r}: {errors[r]}. The log {log_path} and the "
+             f"checkpoints in {run_dir} are intact.", 4)
+
+
 def run_evaluation(step: int):
     """Mean pass rate on the held-out prompts (paper §2.1), logged as an "eval" record. In pipeline mode training
     completions keep decoding meanwhile: that share of the time (by tokens decoded) is credited as training."""
     t0, decoded0 = time.time(), list(gen.tokens_decoded)
     with clock.paused():
-        ev = guarded(lambda: evaluate(gen, eval_rows, cfg, grade, first_index=rank, stride=world), "evaluation", step)
+        ev = guarded(lambda: evaluate(gen, eval_rows, cfg, grade, first_index=layout.engine, stride=layout.engines,
+                                      share=(layout.tp_rank, layout.tp)), "evaluation", step)
     eval_tokens, train_tokens = (now - before for now, before in zip(gen.tokens_decoded, decoded0))
     clock.credit((time.time() - t0) * train_tokens / max(eval_tokens + train_tokens, 1))
     ev = all_reduce(ev)
@@ -385,7 +428,7 @@ def save_checkpoint():
     t0 = time.time()
     pending = [None] * world
     dist.all_gather_object(pending, rollouts.pending())
-    sampler_state = sampler.state_dict([p for _, p in sorted(sp for ranked in pending for sp in ranked)])
+    sampler_state = sampler.state_dict([p for _, p in sorted({sp for ranked in pending for sp in ranked})])
     checkpoint.save(run_dir, state, model, optimizer, sampler_state, tokenizer, run_name, cfg.keep_checkpoints)
     print0(f"checkpoint step {state['step']} ({time.time() - t0:.1f}s)")
 
@@ -407,6 +450,10 @@ if device.type == "cpu" and cfg.dtype == "bfloat16" and config.bf16_is_emulated(
     print0("warning: this CPU has no native bf16 (no avx512_bf16 or amx_bf16 flag), so bf16 matmuls are emulated and "
            "a toy step takes ~4x longer than in float32")
 clock = Clock(state["gpu_hours"])
+if resume_from:  # and once more through update_weights, as the running engine got them: on CPUs with AMX, vLLM's
+    sync_weights(new_version=False)  # bf16 numerics differ between a fresh load and a reload
+gen.set_version(state["version"])
+rollouts = Rollouts(gen, sampler, grade, cfg, layout)
 
 # -----------------------------------------------------------------------------------------------------------
 # the loop
@@ -424,6 +471,7 @@ while True:
     with timer("generate"):
         groups = guarded(rollouts.next_batch, "generation", step + 1)
     trained_version = gen.version  # the weights this step's gradient is computed with
+    gen.sleep()  # sync and PPO on GPU: the engine frees its memory for the trainer (nothing is in flight)
 
     # --- advantages (§3.2(b)) and zero-variance filtering (§3.2(e)): a group whose G rewards are all equal has
     # zero advantages; it is dropped from the loss and from the batch statistics (the "effective batch")
@@ -447,8 +495,8 @@ while True:
 
     # --- weight sync: the new weights into this rank's vLLM, while requests may be decoding (PipelineRL, §3.1)
     with timer("sync"):
-        if updated:
-            gen.update_weights(policy.full_weights(model))
+        if updated or gen.asleep:  # a sleeping engine discarded its weights: it gets them back either way
+            sync_weights(new_version=updated)
     state["version"] = gen.version
 
     # --- log
@@ -461,8 +509,10 @@ while True:
     log(record)
     release_free_memory(state["step"])
     print0(f"step {state['step']}/{cfg.max_steps} | reward {record['reward_mean']:+.3f} | pass {record['pass_rate_train']:.3f}"
-           f" | loss {record['loss']:+.4f} | lag {record['lag_mean']:.2f}/{record['lag_max']:.0f} | {record['t_step']:.2f}s"
-           f" (gen {record['t_generate']:.2f} train {record['t_train'] + record['t_optim']:.2f} sync {record['t_sync']:.3f})")
+           f" | loss {record['loss']:+.4f} | lag {record['lag_mean']:.2f}/{record['lag_max']:.0f} | mismatch "
+           f"{record['mismatch']:.1e} | {record['completion_tokens_mean'] * cfg.batch / record['t_step']:.0f} tok/s | "
+           f"{record['t_step']:.2f}s (gen {record['t_generate']:.2f} train {record['t_train'] + record['t_optim']:.2f} "
+           f"sync {record['t_sync']:.3f})")
     if state["bad_steps"] >= cfg.max_bad_steps:
         print0(f"error: {state['bad_steps']} consecutive steps with a non-finite loss or gradient; stopping. The last "
                f"checkpoint in {run_dir} is intact.")

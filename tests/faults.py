@@ -4,6 +4,8 @@ as `python train.py` would. Used by conftest.run_train when a test passes SCALER
     SCALERL_FAULT_NAN_STEPS=2,3    the gradient and loss of these steps are NaN
     SCALERL_FAULT_GRAD_FILE=path   save the first step's global loss and full gradient there (rank 0)
     SCALERL_FAULT_ENGINE_STEP=3    vLLM's engine raises during the generation of this step
+    SCALERL_FAULT_SYNC=1:2         on rank 1, the weight sync of step 2 fails after loading two tensors
+    SCALERL_FAULT_NODES=2          the ranks pretend to be on 2 machines (LOCAL_WORLD_SIZE, LOCAL_RANK): HSDP
 
 Steps are counted from 1 in this process (after a --resume, the first step it runs is 1).
 
@@ -16,6 +18,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+import generate  # noqa: E402
 import policy  # noqa: E402
 import rollouts  # noqa: E402
 
@@ -61,6 +64,27 @@ def failing_next_batch(self):
     return next_batch(self)
 
 
+sync_rank, _, sync_step = os.environ.get("SCALERL_FAULT_SYNC", "").partition(":")
+update_weights = generate.Generator.update_weights
+
+
+def failing_update_weights(self, named_tensors, new_version=True):
+    """The engine takes two tensors, then raises, on one rank at one step (as a reload of a new architecture might)."""
+    calls["update_weights"] = calls.get("update_weights", 0) + 1
+    if calls["update_weights"] == int(sync_step) and os.environ.get("RANK", "0") == sync_rank:
+        def reload(method, kwargs):
+            for _ in range(2):
+                next(kwargs["weights_iterator"])
+            raise RuntimeError("injected weight-sync failure (test)")
+        self.llm.collective_rpc = reload
+    return update_weights(self, named_tensors, new_version)
+
+
+if os.environ.get("SCALERL_FAULT_NODES"):  # e.g. 2 ranks on "2 nodes" of 1: LOCAL_WORLD_SIZE 1, LOCAL_RANK 0
+    local = int(os.environ["WORLD_SIZE"]) // int(os.environ["SCALERL_FAULT_NODES"])
+    os.environ["LOCAL_WORLD_SIZE"], os.environ["LOCAL_RANK"] = str(local), str(int(os.environ["RANK"]) % local)
+if sync_step:
+    generate.Generator.update_weights = failing_update_weights
 if nan_steps:
     policy.backward = nan_backward
 if grad_file:

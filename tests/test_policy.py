@@ -95,28 +95,6 @@ def test_trainer_only_bench_runs_without_vllm(tmp_path):
     assert bench.model_flops(shape, 1, 1, 0) == 6 * body + 6 * shape["vocab_size"] * shape["hidden_size"]
 
 
-def test_gpu_memory_split_leaves_the_trainer_what_it_needs():
-    """The README's 8B-on-8-GPUs arithmetic: 16 bytes per parameter / 8 ranks, activations and logits of a
-    4096-token micro-batch; vLLM gets the rest (about half of an 80 GiB GPU), never so much that the trainer's
-    states do not fit; a model that cannot fit beside vLLM is a one-line error."""
-    from types import SimpleNamespace
-    import pytest
-    import policy
-    llama8b = SimpleNamespace(hidden_size=4096, num_hidden_layers=32, vocab_size=128256)
-    gib = 2**30
-    fraction, line = policy.gpu_memory_split(8_030_000_000, 8, llama8b, 4096, 80 * gib)
-    states, logits = 16 * 8.03e9 / 8 / gib, 3 * 4096 * 128256 * 4 / gib
-    assert f"AdamW {states:.1f}" in line and f"logits {logits:.1f}" in line and f"vLLM {fraction:.2f}" in line
-    trainer = states + logits + 34 * 4096 * 32 * 4096 / gib + 2
-    assert abs(fraction * 80 - (80 - trainer)) < 1e-6  # vLLM gets exactly what the trainer leaves
-    assert 0.3 < fraction < 0.6 and fraction * 80 > 2 * 8.03e9 / gib + 1  # bf16 weights and a KV cache fit
-    small, _ = policy.gpu_memory_split(500_000_000, 1, SimpleNamespace(hidden_size=896, num_hidden_layers=24,
-                                                                        vocab_size=151936), 1024, 141 * gib)
-    assert small == 0.9  # a small model leaves vLLM the most it may take
-    with pytest.raises(ValueError, match="micro_batch_tokens"):
-        policy.gpu_memory_split(8_030_000_000, 1, llama8b, 4096, 80 * gib)  # 128 GB of states on one GPU
-
-
 def _seqs(rng, n, prompt=(15, 25), completion=(20, 70)):
     """n (prompt ids, completion ids) of the toy's lengths by default, random tokens of its vocabulary."""
     return [([rng.randrange(1, 384) for _ in range(rng.randint(*prompt))],
