@@ -387,15 +387,33 @@ def main():
     ap.add_argument("--round_out", default="", help=argparse.SUPPRESS)  # internal: run one round, pickle it there
     ap.add_argument("--round_index", type=int, default=0, help=argparse.SUPPRESS)
     args, flags = ap.parse_known_args()
+
+    def die(msg):  # one line and exit status 2, as train.py's flag errors
+        print(f"error: {msg}", file=sys.stderr)
+        sys.exit(2)
+    import config
+    config.main(["--model", "bench", *flags] if args.trainer_only else flags)  # train.py's flags: checked up front
+    try:
+        lengths = [int(x) for x in args.scale_lengths.split(",") if x]
+        for name in ("shapes", "micro_batch_tokens_list"):
+            for x in getattr(args, name).split(","):
+                if (x not in SHAPES) if name == "shapes" else not x.isdigit() or int(x) < 1:
+                    raise ValueError(f"--{name}: {x!r}")
+    except ValueError as e:
+        die(f"{e if str(e).startswith('--') else '--scale_lengths ' + repr(args.scale_lengths)} is not a list of "
+            "positive integers (or, for --shapes, of " + ", ".join(SHAPES) + ")")
+    if any(n < 1 for n in lengths):
+        die(f"--scale_lengths {args.scale_lengths!r} must be positive token counts")
     if args.trainer_only:
+        if args.sequences < 1 or args.trainer_group < 1 or args.sequences % args.trainer_group or args.trainer_steps < 0:
+            die("need --sequences a positive multiple of --trainer_group and --trainer_steps >= 0")
         trainer_only(args, flags)
         return
     if not any(f.startswith("--mode") for f in flags):
         flags = ["--mode", "sync", *flags]
     if args.rounds < 1 or not 0 <= args.skip < args.steps or not 0 <= args.repeats <= args.steps - args.skip:
-        sys.exit("error: need --rounds >= 1, 0 <= --skip < --steps and 0 <= --repeats <= --steps - --skip")
+        die("need --rounds >= 1, 0 <= --skip < --steps and 0 <= --repeats <= --steps - --skip")
     repeats = args.repeats or args.steps - args.skip
-    lengths = [int(x) for x in args.scale_lengths.split(",") if x]
     if args.round_out:
         result = one_round(args.round_index, flags, args.steps, args.skip, repeats, lengths, args.padding)
         with open(args.round_out, "wb") as f:

@@ -73,41 +73,56 @@ def save(run_dir: str, state: dict, model, optimizer, sampler_state: dict, token
     if torch.cuda.is_available():
         rng["cuda"] = torch.cuda.get_rng_state()
     dist.all_gather_object(rngs, rng)
+    status = [None]
     if rank == 0:
-        final = model_dir(run_dir, state["step"])
-        tmp = final + ".tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        os.makedirs(tmp)
-        model.save_pretrained(tmp, state_dict=model_sd)
-        tokenizer.save_pretrained(tmp)
-        torch.save(optim_sd, os.path.join(tmp, "optimizer.pt"))
-        torch.save(rngs, os.path.join(tmp, "rng.pt"))
-        with open(os.path.join(tmp, "state.json"), "w") as f:
-            json.dump({"counters": state, "world_size": world, "sampler": sampler_state, "run_name": run_name}, f)
-        files = sorted(os.path.relpath(os.path.join(d, n), tmp) for d, _, names in os.walk(tmp) for n in names)
-        for name in files:  # on disk before the manifest vouches for them
-            with open(os.path.join(tmp, name), "rb") as fh:
-                os.fsync(fh.fileno())
-        manifest = {name: {"bytes": os.path.getsize(os.path.join(tmp, name)), "sha256": file_sha256(os.path.join(tmp, name))}
-                    for name in files}
-        with open(os.path.join(tmp, "manifest.json"), "w") as f:
-            json.dump(manifest, f)
-            f.flush()
-            os.fsync(f.fileno())
-        shutil.rmtree(final, ignore_errors=True)
-        os.rename(tmp, final)
-        dir_fd = os.open(run_dir, os.O_RDONLY)  # the rename itself on disk too
-        os.fsync(dir_fd)
-        os.close(dir_fd)
-        # only a checkpoint that would verify may retire older ones: its hashes were read back from the synced
-        # files above, so what is left to check is that its weights are finite (in memory: no second read)
-        bad = next((k for k, t in model_sd.items() if t.is_floating_point() and not bool(torch.isfinite(t).all())), None)
-        if bad is None:
-            for old in all_checkpoints(run_dir)[:-keep]:
-                shutil.rmtree(old, ignore_errors=True)
-        else:
-            log(f"warning: the checkpoint just written has non-finite weights ({bad}); older checkpoints are kept")
-    dist.barrier()
+        try:
+            _write(run_dir, state, model, model_sd, optim_sd, rngs, world, sampler_state, tokenizer, run_name, keep, log)
+        except Exception as e:  # a full disk, a quota, a vanished mount (torch and safetensors raise their own
+            #                     types for a failed write): the previous checkpoints stay as they were
+            shutil.rmtree(model_dir(run_dir, state["step"]) + ".tmp", ignore_errors=True)
+            why = e.strerror if isinstance(e, OSError) and e.strerror else str(e).splitlines()[0][:200] if str(e) else ""
+            status = [f"the checkpoint of step {state['step']} could not be written ({type(e).__name__}: {why}); its "
+                      f"temporary folder is removed and the previous checkpoints in {run_dir} are intact"]
+    dist.broadcast_object_list(status)
+    if status[0]:
+        raise RuntimeError(status[0])
+
+
+def _write(run_dir, state, model, model_sd, optim_sd, rngs, world, sampler_state, tokenizer, run_name, keep, log):
+    """Rank 0's part of save: a temporary folder, synced, hashed, renamed into place; then rotation."""
+    final = model_dir(run_dir, state["step"])
+    tmp = final + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    model.save_pretrained(tmp, state_dict=model_sd)
+    tokenizer.save_pretrained(tmp)
+    torch.save(optim_sd, os.path.join(tmp, "optimizer.pt"))
+    torch.save(rngs, os.path.join(tmp, "rng.pt"))
+    with open(os.path.join(tmp, "state.json"), "w") as f:
+        json.dump({"counters": state, "world_size": world, "sampler": sampler_state, "run_name": run_name}, f)
+    files = sorted(os.path.relpath(os.path.join(d, n), tmp) for d, _, names in os.walk(tmp) for n in names)
+    for name in files:  # on disk before the manifest vouches for them
+        with open(os.path.join(tmp, name), "rb") as fh:
+            os.fsync(fh.fileno())
+    manifest = {name: {"bytes": os.path.getsize(os.path.join(tmp, name)), "sha256": file_sha256(os.path.join(tmp, name))}
+                for name in files}
+    with open(os.path.join(tmp, "manifest.json"), "w") as f:
+        json.dump(manifest, f)
+        f.flush()
+        os.fsync(f.fileno())
+    shutil.rmtree(final, ignore_errors=True)
+    os.rename(tmp, final)
+    dir_fd = os.open(run_dir, os.O_RDONLY)  # the rename itself on disk too
+    os.fsync(dir_fd)
+    os.close(dir_fd)
+    # only a checkpoint that would verify may retire older ones: its hashes were read back from the synced
+    # files above, so what is left to check is that its weights are finite (in memory: no second read)
+    bad = next((k for k, t in model_sd.items() if t.is_floating_point() and not bool(torch.isfinite(t).all())), None)
+    if bad is None:
+        for old in all_checkpoints(run_dir)[:-keep]:
+            shutil.rmtree(old, ignore_errors=True)
+    else:
+        log(f"warning: the checkpoint just written has non-finite weights ({bad}); older checkpoints are kept")
 
 
 def _regular(path: str) -> bool:
@@ -206,7 +221,62 @@ def load_state(path: str, model, optimizer, sampler, rank: int) -> dict:
                 torch.cuda.set_rng_state(rngs[rank]["cuda"])
     except Exception as e:
         raise RuntimeError(f"{path} cannot be resumed from ({type(e).__name__}: {str(e)[:200]})") from None
-    return saved["counters"]
+    return check_counters(saved.get("counters"), path)
+
+
+COUNTERS = ("step", "version", "samples", "tokens", "bad_steps")  # non-negative integers; gpu_hours a number
+
+
+def check_counters(counters, path: str) -> dict:
+    """The saved counters, if they can be true of this checkpoint: non-negative, the step the one its folder is
+    named by, the policy version at most the step. Else a RuntimeError with one line (a hand-edited or
+    foreign state.json: resuming from it would give a negative learning rate or folders never rotated)."""
+    def bad(why):
+        raise RuntimeError(f"{path}: state.json's counters are not those of this checkpoint ({why})")
+    if not isinstance(counters, dict):
+        bad("no counters")
+    for name in COUNTERS:
+        value = counters.get(name)
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 2**53:
+            bad(f"{name} = {value!r}")
+    hours = counters.get("gpu_hours")
+    if not isinstance(hours, (int, float)) or isinstance(hours, bool) or not 0 <= hours < float("inf"):
+        bad(f"gpu_hours = {hours!r}")
+    if os.path.basename(os.path.normpath(path)) != os.path.basename(model_dir("", counters["step"])):
+        bad(f"step {counters['step']} in a folder named {os.path.basename(os.path.normpath(path))}")
+    if counters["version"] > counters["step"]:
+        bad(f"version {counters['version']} after {counters['step']} steps")
+    return counters
+
+
+# what a resumed run may change: how long it runs, what it records and how it lays out memory and devices (none
+# changes the gradient: micro-batching and --tp are tested not to); every other flag must stay as it was
+SAFE_ON_RESUME = {"resume", "dry_run", "max_steps", "save_every", "keep_checkpoints", "dump_every", "wandb",
+                  "log_dir", "out_dir", "max_bad_steps", "micro_batch_tokens", "logprob_chunk_tokens",
+                  "activation_checkpointing", "tp", "vllm_memory", "vllm_kv_cache_gib"}
+
+
+def resume_changes(log_path: str, now: dict) -> dict:
+    """The flags a resume changes against the run's first config record in its log: {name: [was, now]} for
+    those in SAFE_ON_RESUME; any other change raises RunError naming it (the log would keep only the old
+    config, and the run would silently mix two recipes). A log without a config record allows no check: {}."""
+    was = None
+    try:
+        with open(log_path) as f:
+            for line in f:
+                record = json.loads(line)
+                if record.get("kind") == "config":
+                    was = record
+                    break
+    except (OSError, ValueError):
+        return {}
+    changed = {k: [was[k], v] for k, v in now.items() if k in was and was[k] != v}
+    refused = [k for k in changed if k not in SAFE_ON_RESUME]
+    if refused:
+        k = refused[0]
+        raise RunError(f"--resume: --{k} was {changed[k][0]!r} in this run and is {changed[k][1]!r} now; a resumed run "
+                       f"keeps its training settings (it may change {', '.join(sorted(SAFE_ON_RESUME - {'resume', 'dry_run'}))})")
+    return changed
 
 
 class RunError(ValueError):

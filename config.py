@@ -25,6 +25,7 @@ from typing import Literal
 import losses
 import rollouts
 import toy
+from data import GENERATED
 
 
 @dataclass(frozen=True)
@@ -208,7 +209,11 @@ def _value(name: str, tp, text: str):
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # argparse would print its usage block and exit; we raise one line to main()
         if message.startswith("unrecognized arguments"):
-            message += " (python train.py --help lists every flag)"
+            import difflib
+            flags = [a for a in self._option_string_actions if a.startswith("--")]
+            typed = [a.split("=")[0] for a in message.split(":", 1)[1].split() if a.startswith("--")]
+            close = [m for t in typed for m in difflib.get_close_matches(t, flags, n=1)]
+            message += f" (did you mean {', '.join(close)}?)" if close else " (python train.py --help lists every flag)"
         raise ConfigError(message)
 
 
@@ -323,8 +328,19 @@ def validate(cfg: Config) -> None:
             bad(f"--{name} must not be empty")
         if os.path.exists(path) and not os.path.isdir(path):
             bad(f"--{name} {path!r} exists and is not a directory")
-    if cfg.run_name and (os.sep in cfg.run_name or cfg.run_name.startswith(".")):
-        bad(f"--run_name {cfg.run_name!r} must be a plain name (no '/', not starting with '.')")
+    if cfg.run_name and (os.sep in cfg.run_name or cfg.run_name.startswith(".") or len(cfg.run_name) > 200
+                         or not cfg.run_name.isprintable()):
+        bad(f"--run_name must be a plain name of at most 200 printable characters (no '/', not starting with '.'), "
+            f"got {cfg.run_name[:40]!r}{'...' if len(cfg.run_name) > 40 else ''} ({len(cfg.run_name)} characters)")
+    if cfg.mode == "pipeline" and cfg.k > 1 and cfg.pipeline_depth > cfg.k:
+        bad(f"--pipeline_depth {cfg.pipeline_depth} must be at most --k {cfg.k}: lags reach k - 1 at depth k, and a "
+            "deeper pipeline only holds more prompts in flight")
+    if "reward" in cfg.typed and (cfg.dataset == "toy" or cfg.dataset in GENERATED):
+        bad(f"--reward {cfg.reward} does not apply to --dataset {cfg.dataset}: it is graded by its own exact check of "
+            "the final \\boxed{} number")
+    if os.path.isabs(cfg.model) or cfg.model.startswith((".", "~")) or cfg.model.count("/") > 1:
+        if not os.path.exists(os.path.expanduser(cfg.model)):  # a local path (a Hub name is org/name)
+            bad(f"--model {cfg.model}: no such file or folder")
     if cfg.resume and not cfg.run_name:
         bad("--resume needs --run_name (the run to continue)")
     if cfg.interruptions and cfg.length_penalty:

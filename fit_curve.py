@@ -48,6 +48,8 @@ NUM_GOLDEN_ITERS = 16                   # golden-section steps: B to ~0.02% befo
 B_BOUNDS = (1e-3, 100.0)                # B > 0; above ~100 the curve is a step at C_mid
 DEFAULT_MIN_FRACTION = 0.1              # default window start, relative to the window's max x
 MAX_POWER_LAW_A = 2.0                   # power-law A is unbounded in principle (paper A.4)
+MIN_RISE = 0.01                         # a curve that rises less than this (pass rate) has no ceiling to fit
+PLOT_FORMATS = ("png", "pdf", "svg", "jpg", "jpeg", "eps", "ps", "tif", "tiff", "webp")
 
 
 def warn(msg):
@@ -269,6 +271,14 @@ def load_run(path, args):
                          f"{num_params + 1} ({'R0 observed' if r0 is not None else 'R0 fitted'})")
     if r0 is not None and r0 > 1 - A_STEP:  # leaves A no room above R0
         raise ValueError(f"pass rate is already {r0} at x = 0: nothing to fit")
+    # a flat or falling curve (a run that never updates logs exactly this) fits any A with C_mid far beyond the
+    # data: its "ceiling" would be an artefact, and ranked first. Where it starts: R0, or its first third
+    yf = y[in_fit]
+    third = max(1, len(yf) // 3)
+    start, end = (r0 if r0 is not None else float(yf[:third].mean())), float(yf[-third:].mean())
+    if end - start < MIN_RISE:
+        raise ValueError(f"the curve does not rise (from {start:.3f} to {end:.3f} over the fit window): no ceiling to "
+                         f"fit; its level is {end:.3f}")
     name = (config or {}).get("run_name") or Path(path).stem
     return dict(file=str(path), name=str(name), group=recipe_key(config, path), x=x, y=y,
                 in_fit=in_fit, max_compute=max_compute), r0
@@ -434,9 +444,14 @@ def plot(fits, path, x_key):
     plt.close(fig)
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, as every error of this project, not argparse's usage block
+        print(f"error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
 def build_parser():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].strip(),
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = _Parser(description=__doc__.split("\n\n")[0].strip(), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("files", nargs="+", help="JSON-lines logs written by train.py, one per run")
     p.add_argument("--x", default="gpu_hours", help="eval-record key used as compute "
                    "(gpu_hours, step, samples, tokens, ...); default gpu_hours")
@@ -475,6 +490,11 @@ def main(argv=None):
     if args.bootstrap < 0 or not 0 < args.ci < 1:
         parser.error("--bootstrap must be >= 0 and --ci in (0, 1)")
     if args.plot:
+        suffix = Path(args.plot).suffix.lower().lstrip(".")
+        if suffix not in PLOT_FORMATS:
+            print(f"error: --plot {args.plot}: " + (f"cannot draw a .{suffix} file" if suffix else "no file extension")
+                  + f" (give one of .{', .'.join(PLOT_FORMATS[:3])}, ...; the logs come before --plot)", file=sys.stderr)
+            return 2
         import importlib.util
         if importlib.util.find_spec("matplotlib") is None:  # before any fitting, as one line
             print("error: --plot needs matplotlib (pip install matplotlib)", file=sys.stderr)
@@ -498,7 +518,7 @@ def main(argv=None):
         except (ValueError, RuntimeError, FloatingPointError, np.linalg.LinAlgError) as e:  # a degenerate curve
             warn(f"{path}: not fitted: the optimizer failed ({type(e).__name__}: {e})")
     if not fits:
-        warn("no file could be fitted")
+        warn("error: no file could be fitted")
         return 1
     rows, groups = compare(fits, args.margin), seed_groups(fits)
     (print_json if args.json else print_tables)(rows, groups, args)

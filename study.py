@@ -31,6 +31,7 @@ import os
 import queue
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -189,10 +190,32 @@ def run(name: str, core: int | None = None) -> bool:
     sys.stdout.flush()
     with open(os.path.join(LOG_DIR, f"{name}.out"), "a") as out:
         cmd = ["taskset", "-c", str(core), *cmd] if core is not None and shutil.which("taskset") else cmd
-        status = subprocess.run(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT).returncode
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+        _children.append(proc)
+        status = proc.wait()
+        _children.remove(proc)
     if status != 0:
         print(f"study: {name} failed with exit status {status}; see {LOG_DIR}/{name}.out", file=sys.stderr)
     return status == 0
+
+
+_children: list = []  # the train.py processes running now
+
+
+def _stop(signum, frame):
+    """SIGTERM (a scheduler's stop): pass it on to every running train.py, which stops after its current step and
+    a checkpoint (the part resumes from there), wait for them (killed after 10 minutes), exit 128 + signum."""
+    print("study: stopping; the running runs stop after their current step and a checkpoint", file=sys.stderr,
+          flush=True)
+    for proc in list(_children):
+        proc.send_signal(signal.SIGTERM)
+    deadline = time.time() + 600
+    for proc in list(_children):
+        try:
+            proc.wait(timeout=max(1.0, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    os._exit(128 + signum)
 
 
 def run_all(names: list[str], jobs: int) -> bool:
@@ -423,7 +446,7 @@ def fit(table: str, margin: float = 0.02, x: str = "gpu_hours"):
                         "--plot", os.path.join(DOCS_DIR, png)], cwd=ROOT, capture_output=True)
 
 
-if __name__ == "__main__":
+def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--part", choices=list(dict.fromkeys([*PARTS, *map(family, PARTS)])), default="seeds",
                     help="which runs (default: seeds); axes runs every axes-* part (hours)")
@@ -438,8 +461,11 @@ if __name__ == "__main__":
     ap.add_argument("--jobs", type=int, default=1, choices=[1, 2],
                     help="runs at a time; 2 pins each run to its own core (on 2 cores: more runs per hour, and "
                          "every run sees the same 1-core machine, so their device-hours stay comparable)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     names = [n for n in args.runs.split(",") if n] or list(PARTS.get(args.part) or runs_of(args.part))
+    if args.runs and not any(args.runs.split(",")):
+        print(f"error: --runs {args.runs!r} names no run", file=sys.stderr)
+        sys.exit(2)
     known = [n for part in PARTS.values() for n in part]
     unknown = [n for n in names if n not in known]
     if unknown:
@@ -449,6 +475,7 @@ if __name__ == "__main__":
     ok = True
     if not args.fit_only:
         os.makedirs(LOG_DIR, exist_ok=True)
+        signal.signal(signal.SIGTERM, _stop)
         stop = threading.Event()
         todo = [n for n in names if not finished(n)]  # each check reads the run's log
         threading.Thread(target=progress, args=(todo, stop), daemon=True).start()
@@ -456,3 +483,7 @@ if __name__ == "__main__":
         stop.set()
     fit(family(args.part), x=args.x)
     sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()

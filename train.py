@@ -54,6 +54,11 @@ from rollouts import SCHEDULES, PromptSampler, Rollouts, evaluate, seqs_in_fligh
 
 
 cfg = config.main()  # a bad flag exits 2 here, before any model, dataset or engine is loaded
+try:
+    layout = devices.layout_from_env(cfg.tp)  # this rank, its device and its engine (torchrun's variables)
+except ValueError as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
 if cfg.dry_run:
     print(json.dumps(config.to_dict(cfg), indent=1))
     sys.exit(0)
@@ -70,11 +75,6 @@ import policy  # noqa: E402
 # 1-process and N-process paths are the same code (and the CPU tests exercise the multi-GPU path). Each rank
 # trains on its own device (cuda:LOCAL_RANK) and runs vLLM there, alone or in a tensor-parallel group (devices.py).
 t_start = time.time()
-try:
-    layout = devices.layout_from_env(cfg.tp)
-except ValueError as e:
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(2)
 distributed, rank, world = "RANK" in os.environ, layout.rank, layout.world
 device = torch.device(layout.device(torch.cuda.is_available()))
 if device.type == "cuda":
@@ -130,6 +130,8 @@ run_name = names[0]
 run_dir = os.path.join(cfg.out_dir, run_name)
 log_path = os.path.join(cfg.log_dir, f"{run_name}.jsonl")
 on_rank0(lambda: checkpoint.claim_run(run_dir, log_path, cfg.resume))  # writable, new or resumable, one writer
+# a resumed run keeps its training settings; what it may change (how long, what it records) goes in its log
+resume_changes = on_rank0(lambda: checkpoint.resume_changes(log_path, config.to_dict(cfg))) if cfg.resume else {}
 if world > 1:  # rank 0 alone writes out_dir (toy, GGUF conversion, checkpoints); every rank must read it
     token = on_rank0(lambda: checkpoint.write_token(os.path.join(run_dir, "shared")))
     try:
@@ -429,14 +431,19 @@ def save_checkpoint():
     pending = [None] * world
     dist.all_gather_object(pending, rollouts.pending())
     sampler_state = sampler.state_dict([p for _, p in sorted({sp for ranked in pending for sp in ranked})])
-    checkpoint.save(run_dir, state, model, optimizer, sampler_state, tokenizer, run_name, cfg.keep_checkpoints)
+    try:
+        checkpoint.save(run_dir, state, model, optimizer, sampler_state, tokenizer, run_name, cfg.keep_checkpoints)
+    except RuntimeError as e:  # rank 0 could not write it (a full disk): every rank stops, nothing else is lost
+        log({"kind": "error", "step": state["step"], "message": str(e)})
+        fail(str(e), 4)
     print0(f"checkpoint step {state['step']} ({time.time() - t0:.1f}s)")
 
 
 log = Log()
 if cfg.resume:
     # max_steps may be raised on resume (a run continued past its first end): the log says where it now ends
-    log({"kind": "resume", "step": state["step"], "time": time.time(), "max_steps": cfg.max_steps})
+    log({"kind": "resume", "step": state["step"], "time": time.time(), "max_steps": cfg.max_steps,
+         "changed": resume_changes})
 else:
     log({"kind": "config", **config.to_dict(cfg), "run_name": run_name, "world_size": world, "device": device.type,
          "model_path": model_path,  # and the weights' hash, read on rank 0 only (the rank that writes the log)

@@ -6,6 +6,7 @@ as `python train.py` would. Used by conftest.run_train when a test passes SCALER
     SCALERL_FAULT_ENGINE_STEP=3    vLLM's engine raises during the generation of this step
     SCALERL_FAULT_SYNC=1:2         on rank 1, the weight sync of step 2 fails after loading two tensors
     SCALERL_FAULT_NODES=2          the ranks pretend to be on 2 machines (LOCAL_WORLD_SIZE, LOCAL_RANK): HSDP
+    SCALERL_FAULT_DISK_FULL=2      the disk is full while the second checkpoint is written (its optimizer.pt)
 
 Steps are counted from 1 in this process (after a --resume, the first step it runs is 1).
 
@@ -18,6 +19,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+import checkpoint  # noqa: E402
 import generate  # noqa: E402
 import policy  # noqa: E402
 import rollouts  # noqa: E402
@@ -83,8 +85,26 @@ def failing_update_weights(self, named_tensors, new_version=True):
 if os.environ.get("SCALERL_FAULT_NODES"):  # e.g. 2 ranks on "2 nodes" of 1: LOCAL_WORLD_SIZE 1, LOCAL_RANK 0
     local = int(os.environ["WORLD_SIZE"]) // int(os.environ["SCALERL_FAULT_NODES"])
     os.environ["LOCAL_WORLD_SIZE"], os.environ["LOCAL_RANK"] = str(local), str(int(os.environ["RANK"]) % local)
+disk_full = int(os.environ.get("SCALERL_FAULT_DISK_FULL", "0"))
+torch_save = checkpoint.torch.save
+
+
+def full_disk_save(obj, path, *args, **kwargs):
+    """torch.save as it fails on a full disk (the error type torch raises there), on the chosen checkpoint."""
+    if str(path).endswith("optimizer.pt"):
+        calls["checkpoint"] = calls.get("checkpoint", 0) + 1
+        if calls["checkpoint"] == disk_full:
+            with open(path, "wb") as f:  # a partial file, as a full disk leaves
+                f.write(b"\0" * 100)
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . PytorchStreamWriter failed writing file "
+                               "data/0: file write failed")
+    return torch_save(obj, path, *args, **kwargs)
+
+
 if sync_step:
     generate.Generator.update_weights = failing_update_weights
+if disk_full:
+    checkpoint.torch.save = full_disk_save
 if nan_steps:
     policy.backward = nan_backward
 if grad_file:

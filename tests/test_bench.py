@@ -54,3 +54,14 @@ def test_bad_rounds_or_steps_are_one_line():
         proc = bench(*flags, timeout=120)
         assert proc.returncode == 1 and proc.stderr.strip().startswith("error: need --rounds"), (flags, proc.stderr)
         assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_bad_flags_are_one_line_and_exit_2():
+    """A mistyped train.py flag, a malformed --scale_lengths, an impossible step range: one line, status 2, before
+    any model or engine starts."""
+    for flags, needle in ((["--lrr", "1"], "did you mean --lr?"), (["--scale_lengths", "32,abc"], "--scale_lengths"),
+                          (["--scale_lengths", "0"], "positive"), (["--steps", "2", "--skip", "5"], "--skip"),
+                          (["--trainer_only", "--shapes", "7b"], "--shapes")):
+        proc = bench(*flags, timeout=120)
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: "), flags
+        assert needle in proc.stderr and "Traceback" not in proc.stderr + proc.stdout

@@ -293,3 +293,31 @@ def test_b_at_the_common_a_compares_only_runs_that_share_it(tmp_path):
     assert by_file["high"]["B_at_A_common"] is None
     for i in range(3):
         assert by_file[f"s{i}"]["B_at_A_common"] == pytest.approx(B, rel=0.3)
+
+
+def test_a_flat_run_is_not_fitted_and_never_ranked(tmp_path):
+    """21 evaluations all at 0.17 (a run that never updates) beside a real run: the flat one is reported as not
+    fitted, at its level, and the real one is the only one ranked."""
+    real = write_log(tmp_path / "real.jsonl", *TABLE1["scalerl"], budget=4, num_evals=30)
+    for name, values in (("flat", [0.17] * 21), ("falling", list(np.linspace(0.3, 0.2, 21)))):
+        log = tmp_path / f"{name}.jsonl"
+        log.write_text("".join(json.dumps({"kind": "eval", "step": 10 * i, "gpu_hours": i / 100, "pass_rate": v}) + "\n"
+                               for i, v in enumerate(values)))
+        proc = run_cli(log, real, "--bootstrap", "0")
+        assert proc.returncode == 0
+        assert f"{log}: not fitted: the curve does not rise" in proc.stderr
+        assert name == "falling" or "its level is 0.170" in proc.stderr
+        assert f"{name} " not in proc.stdout and "real " in proc.stdout
+        assert run_cli(log).returncode == 1
+
+
+def test_plot_and_flag_errors_are_one_line(tmp_path):
+    log = write_log(tmp_path / "run.jsonl", *TABLE1["scalerl"])
+    for plot, why in (("b.jsonl", "cannot draw a .jsonl file"), ("curves", "no file extension")):
+        proc = run_cli(log, "--plot", tmp_path / plot)
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: ")
+        assert why in proc.stderr and not (tmp_path / "curves.png").exists()
+    proc = run_cli(log, "--fit-fraction", "2")
+    assert proc.returncode == 2 and proc.stderr == "error: --fit-fraction must be in (0, 1]\n"
+    proc = run_cli(log, "--no-such-flag")
+    assert proc.returncode == 2 and proc.stderr.startswith("error: unrecognized arguments") and proc.stderr.count("\n") == 1

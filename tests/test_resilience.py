@@ -2,6 +2,7 @@
 
     python -m pytest tests/test_resilience.py -q
 """
+import hashlib
 import json
 import os
 import shutil
@@ -322,3 +323,49 @@ def test_ctrl_c_stops_cleanly_after_a_checkpoint(tmp_path, toy_path, run_name):
     early.send_signal(signal.SIGINT)
     out, _ = early.communicate(timeout=120)
     assert early.returncode == 130 and "Traceback" not in out and "interrupted" in out, out[-3000:]
+
+
+def test_resume_keeps_the_training_settings_and_refuses_impossible_counters(tmp_path, toy_path, run_name):
+    """A resume that changes a training flag is refused in one line naming it; one that changes how long the run
+    goes is logged; a checkpoint whose counters cannot be its own (step -5, re-hashed) is refused."""
+    name = run_name()
+    args = [*SYNC, "--log_dir", str(tmp_path), "--run_name", name, "--save_every", "1"]
+    first = run_train(*args, "--max_steps", "2")
+    assert first.returncode == 0, first.stdout[-3000:]
+    for flag, value in (("--batch", "64"), ("--loss", "dapo"), ("--lr", "1e-3")):
+        changed = run_train(*args, "--max_steps", "3", flag, value, "--resume", timeout=120)
+        lines = [ln for ln in changed.stdout.splitlines() if ln.strip() and not ln.startswith("note:")]
+        assert changed.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"error: --resume: {flag} was"), \
+            changed.stdout[-2000:]
+    resumed = run_train(*args, "--max_steps", "3", "--resume", timeout=300)
+    assert resumed.returncode == 0, resumed.stdout[-3000:]
+    record = [json.loads(line) for line in open(tmp_path / f"{name}.jsonl") if json.loads(line)["kind"] == "resume"]
+    assert record[0]["changed"] == {"max_steps": [2, 3], "resume": [False, True]}
+    from pathlib import Path
+    ckpt = Path(OUT) / name / "ckpt-000003"
+    original = (ckpt / "state.json").read_text()
+    for counters, why in (({"step": -5}, "step = -5"), ({"step": 10**12}, "step 1000000000000 in a folder"),
+                          ({"version": 7}, "version 7 after 3 steps"), ({"gpu_hours": -1.0}, "gpu_hours = -1.0")):
+        state = json.loads(original)
+        state["counters"].update(counters)
+        (ckpt / "state.json").write_text(json.dumps(state))
+        manifest = json.loads((ckpt / "manifest.json").read_text())
+        manifest["state.json"] = {"bytes": (ckpt / "state.json").stat().st_size,
+                                  "sha256": hashlib.sha256((ckpt / "state.json").read_bytes()).hexdigest()}
+        (ckpt / "manifest.json").write_text(json.dumps(manifest))
+        bad = run_train(*args, "--max_steps", "4", "--resume", timeout=300)
+        lines = [ln for ln in bad.stdout.splitlines() if ln.startswith("error")]
+        assert bad.returncode == 2 and len(lines) == 1 and "counters are not those of this checkpoint" in lines[0], \
+            bad.stdout[-2000:]
+        assert why in lines[0]
+
+
+def test_a_full_disk_while_checkpointing_is_one_line_and_loses_nothing(tmp_path, toy_path, run_name):
+    name = run_name()
+    proc = run_train(*SYNC, "--log_dir", str(tmp_path), "--run_name", name, "--save_every", "1", "--max_steps", "3",
+                     env={"SCALERL_FAULT_DISK_FULL": "2"})
+    errors = [ln for ln in proc.stdout.splitlines() if ln.startswith("error")]
+    assert proc.returncode == 4 and "Traceback" not in proc.stdout, proc.stdout[-3000:]
+    assert len(errors) == 1 and "checkpoint of step 2 could not be written" in errors[0]
+    assert sorted(os.listdir(os.path.join(OUT, name))) == ["ckpt-000001", "lock"]  # no .tmp left, step 1 intact
+    assert log_records(tmp_path, name, "error")[0]["step"] == 2

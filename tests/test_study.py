@@ -5,6 +5,7 @@ Tests for study.py's run table: offline, no training (~5 s).
 """
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -190,3 +191,41 @@ def test_settings_pooled_over_seeds_are_separated_by_the_seed_spread(tmp_path, m
     assert "higher A" not in rows["gen4"].split("|")[-2] and "lower A" not in rows["gen4"].split("|")[-2]
     lo, hi = (float(x) for x in rows["gen4"].split("|")[4].split("[")[1].rstrip("] ").split(","))
     assert lo < 0.01 < hi and hi - lo < 0.2
+
+
+def test_runs_naming_no_run_is_one_line_and_exit_2():
+    proc = subprocess.run([sys.executable, "study.py", "--runs", ","], cwd=REPO, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 2 and proc.stderr == "error: --runs ',' names no run\n"
+
+
+def test_sigterm_stops_the_running_train_py_too(tmp_path):
+    """study.py stopped by SIGTERM passes it to its train.py children and waits for them: none is left running.
+    (A stand-in train.py in a folder of its own plays the child: it records its pid, then waits for the signal.)"""
+    import signal
+    import time
+    (tmp_path / "train.py").write_text(
+        "import os, signal, sys, time\n"
+        f"open({str(tmp_path / 'pid')!r}, 'w').write(str(os.getpid()))\n"
+        f"signal.signal(signal.SIGTERM, lambda *a: (open({str(tmp_path / 'stopped')!r}, 'w').close(), sys.exit(143)))\n"
+        "time.sleep(600)\n")
+    code = (f"import sys; sys.path.insert(0, {str(REPO)!r}); import study; study.ROOT = {str(tmp_path)!r}; "
+            f"study.LOG_DIR = {str(tmp_path / 'logs')!r}; study.OUT_DIR = {str(tmp_path / 'out')!r}; "
+            "study.main(['--runs', 'default-s0'])")
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    start = time.time()
+    while not (tmp_path / "pid").exists():
+        assert proc.poll() is None and time.time() - start < 60, proc.communicate()
+        time.sleep(0.05)
+    child = int((tmp_path / "pid").read_text())
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM and "stopping" in err
+    assert (tmp_path / "stopped").exists()  # the child got the signal
+    try:
+        os.kill(child, 0)
+        alive = True
+    except ProcessLookupError:
+        alive = False
+    assert not alive

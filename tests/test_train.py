@@ -44,6 +44,13 @@ def test_dry_run_prints_the_resolved_config():
     (["--grade_timeout_s", "1e-9"], "--grade_timeout_s"),
     (["--grade_timeout_s", "1e9"], "--grade_timeout_s"),
     (["--length_penalty", "--interruptions"], "alternatives"),
+    (["--pipeline_depth", "1000000000"], "--pipeline_depth"),  # would grow ~90 MB/s without finishing a step
+    (["--run_name", "x" * 260], "at most 200"),
+    (["--reward", "exact"], "does not apply to --dataset toy"),
+    (["--reward", "exact", "--dataset", "box"], "does not apply to --dataset box"),
+    (["--model", "/no/such/folder"], "no such file or folder"),  # not tried as a Hub name for 29 s
+    (["--lrr", "1e-5"], "did you mean --lr?"),
+    (["--tp", "2"], "--tp 2 must divide"),  # one process: no tensor-parallel group to form
 ])
 def test_bad_flags_exit_2_with_one_line(flags, needle):
     proc = run_train(*flags, "--dry_run", timeout=60)
