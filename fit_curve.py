@@ -48,7 +48,7 @@ NUM_GOLDEN_ITERS = 16                   # golden-section steps: B to ~0.02% befo
 B_BOUNDS = (1e-3, 100.0)                # B > 0; above ~100 the curve is a step at C_mid
 DEFAULT_MIN_FRACTION = 0.1              # default window start, relative to the window's max x
 MAX_POWER_LAW_A = 2.0                   # power-law A is unbounded in principle (paper A.4)
-MIN_RISE = 0.01                         # a curve that rises less than this (pass rate) has no ceiling to fit
+MIN_RISE = 0.005                        # a curve that rises less than this (pass rate) has no ceiling to fit
 PLOT_FORMATS = ("png", "pdf", "svg", "jpg", "jpeg", "eps", "ps", "tif", "tiff", "webp")
 
 

@@ -1,8 +1,6 @@
 """The generator: vLLM inside the training process, driven request by request, with forced interruptions
 and in-memory weight updates. It knows nothing of schedules or losses (rollouts.py decides what to generate).
 
-    python generate.py             # sample a few toy completions and print them
-
   * Forced interruptions (paper §4, A.10): each completion first thinks until </think>, EOS, or a budget
     drawn uniformly in [think_min, think_max] tokens; at the budget the phrase "Okay, time is up. ...
     </think>" is appended, and either way the answer gets at most answer_max more tokens. A completion that
@@ -390,18 +388,3 @@ def _retie_lm_head(model):
 
 
 from data import INTERRUPT_PHRASE, THINK_END, one_line, think_end_id  # noqa: E402  (after the env vars above)
-
-if __name__ == "__main__":
-    import data
-    import toy
-    from config import parse_args
-    from transformers import AutoTokenizer
-    cfg = parse_args(["--mode", "sync"])
-    path = toy.build_toy_model(cfg.out_dir)
-    tok = AutoTokenizer.from_pretrained(path)
-    gen = Generator(cfg, path, tok, "cpu", updates_in_flight=False)
-    for j, row in enumerate(toy.toy_rows("val")[:4]):
-        gen.submit(str(j), j, data.format_prompt(tok, row["prompt"]), row["answer"], 2)
-    for g in gen.run_until_done({g.uid for g in gen.inflight()}):
-        for s in g.samples:
-            print(repr(s.text), "answer", g.answer, "reward", toy.toy_reward(s.text, g.answer))

@@ -52,7 +52,7 @@ def test_overhead_pairs_each_loop_run_with_its_own_replay(toy_path):
 def test_bad_rounds_or_steps_are_one_line():
     for flags in (["--rounds", "0"], ["--steps", "3", "--skip", "3"], ["--steps", "5", "--skip", "1", "--repeats", "5"]):
         proc = bench(*flags, timeout=120)
-        assert proc.returncode == 1 and proc.stderr.strip().startswith("error: need --rounds"), (flags, proc.stderr)
+        assert proc.returncode == 2 and proc.stderr.strip().startswith("error: need --rounds"), (flags, proc.stderr)
         assert len(proc.stderr.strip().splitlines()) == 1
 
 
