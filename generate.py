@@ -26,9 +26,11 @@ from dataclasses import dataclass, field
 from devices import Layout, check_engine_device
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # keep the engine in this process: weights in place
-# vLLM's warnings are shown (a weight that failed to reload would otherwise only show as a growing mismatch),
-# but not its start-up chatter; VLLM_LOGGING_LEVEL=INFO shows everything
-os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+# vLLM's start-up chatter is hidden, but its warnings about weights not reloaded are shown (Generator opens its
+# handler to them once the engine is up): otherwise a weight that failed to reload would only show as a growing
+# mismatch. Setting VLLM_LOGGING_LEVEL yourself (INFO, WARNING) shows everything at that level.
+_VLLM_LEVEL_SET = "VLLM_LOGGING_LEVEL" in os.environ
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 
 
 class Progress:
@@ -140,6 +142,10 @@ class Generator:
         self.prefix_caching = args["enable_prefix_caching"]
         self.sleeps, self.asleep = args["enable_sleep_mode"], False  # see sleep()
         self.llm = LLM(**args)
+        if not _VLLM_LEVEL_SET:  # vLLM configured its logging while starting: its handler now takes warnings, and
+            for handler in logging.getLogger("vllm").handlers:  # the weight reloader's alone reach it
+                handler.setLevel(logging.WARNING)
+            logging.getLogger("vllm.model_executor.model_loader.reload").setLevel(logging.WARNING)
         check_engine_device(device, self.llm.collective_rpc(_worker_device)[0], layout.rank)
         if device.startswith("cuda"):  # and the rank's current device, which vLLM's worker set
             import torch

@@ -208,3 +208,15 @@ def test_prefix_cache_is_salted_by_weight_version(toy_rows, toy_path, tokenizer)
         assert [h[0] for h in hits] == [block, 2 * block, block]
     finally:
         gen.close()
+
+
+def test_reload_warnings_hide_only_layers_with_nothing_to_reload():
+    import logging
+
+    def record(layer):
+        return logging.LogRecord("vllm.model_executor.model_loader.reload.layerwise", logging.WARNING, "x", 1,
+                                 "%s: Failed to load weights", (layer,), None)
+    tied, untied = generate._ExpectedReloadWarnings(True), generate._ExpectedReloadWarnings(False)
+    assert not tied.filter(record("RotaryEmbedding")) and not untied.filter(record("Llama3RotaryEmbedding"))
+    assert not tied.filter(record("ParallelLMHead")) and untied.filter(record("ParallelLMHead"))  # re-tied if tied
+    assert tied.filter(record("QKVParallelLinear")) and untied.filter(record("RowParallelLinear"))  # a real failure
