@@ -35,11 +35,12 @@ from scipy.optimize import least_squares
 from scipy.special import expit
 
 # config keys that do not change the recipe: runs equal up to these (and any key ending
-# in _dir or _path) are seeds of one recipe and get grouped. The last four are config.py's
-# memory/reliability knobs, which change no result
+# in _dir or _path) are seeds of one recipe and get grouped. From micro_batch_tokens on they
+# are config.py's memory, device-layout and reliability knobs, which change no result
 IGNORED_CONFIG_KEYS = {"seed", "run_name", "log_dir", "out_dir", "resume", "wandb",
                        "dump_every", "eval_every", "save_every", "keep_checkpoints",
-                       "micro_batch_tokens", "vllm_memory", "vllm_kv_cache_gib", "max_bad_steps"}
+                       "micro_batch_tokens", "vllm_memory", "vllm_kv_cache_gib", "max_bad_steps",
+                       "logprob_chunk_tokens", "activation_checkpointing", "tp"}
 A_STEP = 0.005                          # paper A.5 grid step for A
 NUM_CMID = 80                           # log-spaced C_mid values from x_min/10 to 100*x_max
 CMID_RANGE = (0.1, 100.0)               # C_mid grid span, relative to the window's x range

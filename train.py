@@ -133,15 +133,16 @@ on_rank0(lambda: checkpoint.claim_run(run_dir, log_path, cfg.resume))  # writabl
 # a resumed run keeps its training settings; what it may change (how long, what it records) goes in its log
 resume_changes = on_rank0(lambda: checkpoint.resume_changes(log_path, config.to_dict(cfg))) if cfg.resume else {}
 if world > 1:  # rank 0 alone writes out_dir (toy, GGUF conversion, checkpoints); every rank must read it
-    token = on_rank0(lambda: checkpoint.write_token(os.path.join(run_dir, "shared")))
+    token, unseen = on_rank0(lambda: checkpoint.write_token(os.path.join(run_dir, "shared"))), [None] * world
     try:
         devices.check_shared_dir(os.path.join(run_dir, "shared"), token, rank, os.uname().nodename)
     except RuntimeError as e:
-        print(f"error: {e}", file=sys.stderr, flush=True)
-        sys.exit(2)
-    dist.barrier()
+        unseen[rank] = str(e)
+    dist.all_gather_object(unseen, unseen[rank])  # every rank stops if any cannot see it
     if master:
         os.remove(os.path.join(run_dir, "shared"))
+    if any(unseen):
+        fail(next(e for e in unseen if e))
 try:  # the dataset before any model: a bad one is reported at once, not after the toy's warm start
     task_rows = data.read_task(cfg, log=print0)
 except data.DataError as e:
@@ -218,7 +219,6 @@ engine_errors = [None] * world
 dist.all_gather_object(engine_errors, engine_error)  # every rank learns of a failure on any rank
 if any(engine_errors):
     fail(next(e for e in engine_errors if e), 4)
-
 
 
 # -----------------------------------------------------------------------------------------------------------

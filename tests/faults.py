@@ -7,6 +7,7 @@ as `python train.py` would. Used by conftest.run_train when a test passes SCALER
     SCALERL_FAULT_SYNC=1:2         on rank 1, the weight sync of step 2 fails after loading two tensors
     SCALERL_FAULT_NODES=2          the ranks pretend to be on 2 machines (LOCAL_WORLD_SIZE, LOCAL_RANK): HSDP
     SCALERL_FAULT_DISK_FULL=2      the disk is full while the second checkpoint is written (its optimizer.pt)
+    SCALERL_FAULT_UNSHARED=1       rank 1 sees another --out_dir than rank 0's (as on a machine without shared storage)
 
 Steps are counted from 1 in this process (after a --resume, the first step it runs is 1).
 
@@ -20,6 +21,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import checkpoint  # noqa: E402
+import devices  # noqa: E402
 import generate  # noqa: E402
 import policy  # noqa: E402
 import rollouts  # noqa: E402
@@ -105,6 +107,9 @@ if sync_step:
     generate.Generator.update_weights = failing_update_weights
 if disk_full:
     checkpoint.torch.save = full_disk_save
+if os.environ.get("SCALERL_FAULT_UNSHARED") and os.environ.get("RANK") == "1":
+    check_shared_dir = devices.check_shared_dir
+    devices.check_shared_dir = lambda path, *args: check_shared_dir(path + ".elsewhere", *args)
 if nan_steps:
     policy.backward = nan_backward
 if grad_file:

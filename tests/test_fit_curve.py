@@ -321,3 +321,13 @@ def test_plot_and_flag_errors_are_one_line(tmp_path):
     assert proc.returncode == 2 and proc.stderr == "error: --fit-fraction must be in (0, 1]\n"
     proc = run_cli(log, "--no-such-flag")
     assert proc.returncode == 2 and proc.stderr.startswith("error: unrecognized arguments") and proc.stderr.count("\n") == 1
+
+
+def test_memory_and_device_layout_flags_do_not_split_a_recipe():
+    """A run logged before --tp, --logprob_chunk_tokens and --activation_checkpointing existed, and one with them set
+    otherwise, are seeds of one recipe; a changed training flag is another recipe."""
+    old = {"loss": "cispo", "batch": 768, "seed": 0}
+    new = {**old, "seed": 1, "tp": 2, "logprob_chunk_tokens": 256, "activation_checkpointing": "on",
+           "micro_batch_tokens": 4096}
+    assert fit_curve.recipe_key(old, "a") == fit_curve.recipe_key(new, "b")
+    assert fit_curve.recipe_key(old, "a") != fit_curve.recipe_key({**old, "batch": 384}, "a")

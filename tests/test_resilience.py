@@ -369,3 +369,15 @@ def test_a_full_disk_while_checkpointing_is_one_line_and_loses_nothing(tmp_path,
     assert len(errors) == 1 and "checkpoint of step 2 could not be written" in errors[0]
     assert sorted(os.listdir(os.path.join(OUT, name))) == ["ckpt-000001", "lock"]  # no .tmp left, step 1 intact
     assert log_records(tmp_path, name, "error")[0]["step"] == 2
+
+
+def test_a_rank_that_cannot_see_out_dir_stops_every_rank_in_one_line(tmp_path, toy_path, run_name):
+    """Several machines without shared storage: rank 1 cannot read what rank 0 wrote to --out_dir. Both ranks stop
+    at start-up, before any model loads, with one line naming --out_dir."""
+    name = run_name()
+    proc = torchrun(*SYNC, "--max_steps", "1", "--run_name", name, "--log_dir", str(tmp_path),
+                    env={"SCALERL_FAULT_UNSHARED": "1"}, timeout=300)
+    errors = [ln for ln in proc.stdout.splitlines() if ln.startswith("error")]
+    assert proc.returncode != 0 and len(errors) == 1, proc.stdout[-3000:]
+    assert "rank 1 on" in errors[0] and "does not see rank 0's --out_dir" in errors[0]
+    assert not os.path.exists(os.path.join(OUT, name))  # refused at start-up: no run folder left behind
