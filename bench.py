@@ -117,7 +117,7 @@ def limits(flags: list[str], repeats: int, lengths: list[int], skip: int = 0, pa
     train_rows, _, grade = data.load_task(cfg, tokenizer)
     # room in the engine's context for the longest forced completion
     gen = Generator(dataclasses.replace(cfg, think_max_tokens=max([cfg.think_max_tokens, *lengths])), path, tokenizer,
-                    device.type, updates_in_flight=False)
+                    f"cuda:{torch.cuda.current_device()}" if device.type == "cuda" else "cpu", updates_in_flight=False)
     threads = torch.get_num_threads()
     model = policy.build(path, device, getattr(torch, cfg.dtype), cfg.fp32_head)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, eps=cfg.adam_eps, weight_decay=cfg.weight_decay)

@@ -178,8 +178,8 @@ def plan_memory(shape: ModelShape, budget: Budget, total: int, world: int, shard
       * head chunks: fp32 logits, log-softmax, probabilities and gradient of chunk_tokens positions, 4 x 4 x
         vocab bytes each, and the fp32 hidden states of all P positions at the head;
       * margin: CUDA context and collective buffers.
-    vLLM: bf16 weights / tp; sampler buffers for max_num_seqs rows (two fp32 rows of vocab each) and ~1 GiB of
-    CUDA graphs and prefill activations; the KV cache (2 x layers x kv_heads x head_dim x 2 bytes per token,
+    vLLM: bf16 weights / tp; sampler buffers for max_num_seqs = max(256, seqs in flight) rows (two fp32 rows of
+    vocab each) and ~1 GiB of CUDA graphs and prefill activations; the KV cache (2 x layers x kv_heads x head_dim x 2 bytes per token,
     split over tp) in what remains. When the engine sleeps (sync, PPO) the trainer's peak and vLLM never
     coexist: vLLM gets the device less what the trainer keeps resident."""
     positions = max(budget.micro_batch_tokens, budget.longest)
@@ -196,7 +196,7 @@ def plan_memory(shape: ModelShape, budget: Budget, total: int, world: int, shard
     trainer = {k: int(v) for k, v in trainer.items()}
     resident = trainer["states"] + trainer["margin"]
     vllm_weights = 2 * shape.params // tp
-    overhead = 8 * budget.seqs_in_flight * shape.vocab + GIB
+    overhead = 8 * max(256, budget.seqs_in_flight) * shape.vocab + GIB  # vLLM's max_num_seqs (engine_args)
     kv_per_token = 2 * shape.layers * shape.kv_heads * shape.head_dim * 2 // min(tp, shape.kv_heads)
     peak = sum(trainer.values())
     room = total - (resident if budget.sleeps else peak)

@@ -272,7 +272,7 @@ def evaluate(gen: Generator, rows: list[dict], cfg, grade, first_index: int = 0,
     samples = [s for g in groups for s in g.samples]
     before = ungraded(grade)
     if hasattr(grade, "new_budget"):  # the step's grading budget for every --batch completions graded (all ranks)
-        grade.new_budget(cfg.grade_step_budget_s * max(1.0, len(samples) * stride / cfg.batch))
+        grade.new_budget(cfg.grade_step_budget_s * max(1.0, len(samples) * stride * share[1] / cfg.batch))
     rewards = grade([s.text for s in samples], [g.answer for g in groups for _ in g.samples]) if samples else []
     # the pass rate's sampling variance for these fixed prompts: sum over prompts of p(1-p)/n, unbiased per prompt
     n = cfg.eval_samples

@@ -207,3 +207,30 @@ def test_evaluate_reports_a_pass_rate(make_generator, toy_rows):
     assert 0 < result["correct"] < result["samples"]
     assert result == rollouts.evaluate(gen, val[:20], cfg, grade)  # same seeds, same weights, same result
     assert rollouts.evaluate(gen, [], cfg, grade)["samples"] == 0  # a rank with no eval prompts
+
+
+def test_tensor_parallel_ranks_split_an_evaluation_and_keep_its_grading_budget(make_generator, toy_rows):
+    """The two ranks of a --tp 2 engine generate the same evaluation groups and each grades every other one, in
+    prompt order; together they count each completion once, and each gets the grading time of what the whole
+    engine generated, as one rank would (a grader records the budget it is given)."""
+    import dataclasses
+    gen = make_generator("--mode", "sync")
+    _, val, grade = toy_rows
+    cfg = dataclasses.replace(gen.cfg, batch=16)
+
+    class Recording:
+        def __init__(self):
+            self.budgets = []
+
+        def new_budget(self, seconds):
+            self.budgets.append(seconds)
+
+        def __call__(self, completions, answers):
+            return grade(completions, answers)
+    whole, halves = Recording(), [Recording(), Recording()]
+    alone = rollouts.evaluate(gen, val[:8], cfg, whole)
+    parts = [rollouts.evaluate(gen, val[:8], cfg, halves[i], share=(i, 2)) for i in (0, 1)]
+    for key in ("correct", "samples", "prompts", "truncated", "completion_tokens"):
+        assert parts[0][key] + parts[1][key] == alone[key], key
+    assert parts[0]["prompts"] == parts[1]["prompts"] == 4
+    assert halves[0].budgets == halves[1].budgets == whole.budgets == [cfg.grade_step_budget_s * 24 / 16]

@@ -220,3 +220,10 @@ def test_reload_warnings_hide_only_layers_with_nothing_to_reload():
     assert not tied.filter(record("RotaryEmbedding")) and not untied.filter(record("Llama3RotaryEmbedding"))
     assert not tied.filter(record("ParallelLMHead")) and untied.filter(record("ParallelLMHead"))  # re-tied if tied
     assert tied.filter(record("QKVParallelLinear")) and untied.filter(record("RowParallelLinear"))  # a real failure
+
+
+def test_the_plan_counts_the_sampler_rows_vllm_allocates():
+    """vLLM sizes its sampler for max_num_seqs = max(256, sequences in flight) (engine_args), not for fewer."""
+    q8 = devices.QWEN3["Qwen3-8B"]
+    few, many = (devices.plan_memory(q8, _budget(seqs_in_flight=n), 80 * 10**9, 8, 8, 1) for n in (96, 1024))
+    assert few.vllm_overhead == 8 * 256 * 151936 + GIB and many.vllm_overhead == 8 * 1024 * 151936 + GIB
