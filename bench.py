@@ -395,17 +395,17 @@ def main():
     config.main(["--model", "bench", *flags] if args.trainer_only else flags)  # train.py's flags: checked up front
     try:
         lengths = [int(x) for x in args.scale_lengths.split(",") if x]
-        for name in ("shapes", "micro_batch_tokens_list"):
-            for x in getattr(args, name).split(","):
-                if (x not in SHAPES) if name == "shapes" else not x.isdigit() or int(x) < 1:
-                    raise ValueError(f"--{name}: {x!r}")
-    except ValueError as e:
-        die(f"{e if str(e).startswith('--') else '--scale_lengths ' + repr(args.scale_lengths)} is not a list of "
-            "positive integers (or, for --shapes, of " + ", ".join(SHAPES) + ")")
+    except ValueError:
+        die(f"--scale_lengths {args.scale_lengths!r} is not a list of positive integers")
     if any(n < 1 for n in lengths):
         die(f"--scale_lengths {args.scale_lengths!r} must be positive token counts")
+    if any(x not in SHAPES for x in args.shapes.split(",")):
+        die(f"--shapes {args.shapes!r}: choose from {', '.join(SHAPES)}")
+    if not all(x.isdigit() and int(x) > 0 for x in args.micro_batch_tokens_list.split(",")):
+        die(f"--micro_batch_tokens_list {args.micro_batch_tokens_list!r} is not a list of positive integers")
     if args.trainer_only:
-        if args.sequences < 1 or args.trainer_group < 1 or args.sequences % args.trainer_group or args.trainer_steps < 0:
+        if args.sequences < 1 or args.trainer_group < 1 or args.sequences % args.trainer_group \
+                or args.trainer_steps < 0:
             die("need --sequences a positive multiple of --trainer_group and --trainer_steps >= 0")
         trainer_only(args, flags)
         return

@@ -76,11 +76,12 @@ def save(run_dir: str, state: dict, model, optimizer, sampler_state: dict, token
     status = [None]
     if rank == 0:
         try:
-            _write(run_dir, state, model, model_sd, optim_sd, rngs, world, sampler_state, tokenizer, run_name, keep, log)
+            _write(run_dir, state, model, model_sd, optim_sd, rngs, world, sampler_state, tokenizer, run_name, keep,
+                   log)
         except Exception as e:  # a full disk, a quota, a vanished mount (torch and safetensors raise their own
             #                     types for a failed write): the previous checkpoints stay as they were
             shutil.rmtree(model_dir(run_dir, state["step"]) + ".tmp", ignore_errors=True)
-            why = e.strerror if isinstance(e, OSError) and e.strerror else str(e).splitlines()[0][:200] if str(e) else ""
+            why = getattr(e, "strerror", None) or (str(e).splitlines() or [""])[0][:200]
             status = [f"the checkpoint of step {state['step']} could not be written ({type(e).__name__}: {why}); its "
                       f"temporary folder is removed and the previous checkpoints in {run_dir} are intact"]
     dist.broadcast_object_list(status)
@@ -104,8 +105,8 @@ def _write(run_dir, state, model, model_sd, optim_sd, rngs, world, sampler_state
     for name in files:  # on disk before the manifest vouches for them
         with open(os.path.join(tmp, name), "rb") as fh:
             os.fsync(fh.fileno())
-    manifest = {name: {"bytes": os.path.getsize(os.path.join(tmp, name)), "sha256": file_sha256(os.path.join(tmp, name))}
-                for name in files}
+    manifest = {name: {"bytes": os.path.getsize(os.path.join(tmp, name)),
+                       "sha256": file_sha256(os.path.join(tmp, name))} for name in files}
     with open(os.path.join(tmp, "manifest.json"), "w") as f:
         json.dump(manifest, f)
         f.flush()
@@ -274,8 +275,9 @@ def resume_changes(log_path: str, now: dict) -> dict:
     refused = [k for k in changed if k not in SAFE_ON_RESUME]
     if refused:
         k = refused[0]
+        may = ", ".join(sorted(SAFE_ON_RESUME - {"resume", "dry_run"}))
         raise RunError(f"--resume: --{k} was {changed[k][0]!r} in this run and is {changed[k][1]!r} now; a resumed run "
-                       f"keeps its training settings (it may change {', '.join(sorted(SAFE_ON_RESUME - {'resume', 'dry_run'}))})")
+                       f"keeps its training settings (it may change {may})")
     return changed
 
 

@@ -156,7 +156,8 @@ class MemoryPlan:
         g = {k: f"{v / GIB:.1f}" for k, v in self.trainer.items()}
         return (f"GPU memory per device {self.total / GIB:.0f} GiB. Trainer peak {self.trainer_peak / GIB:.1f} GiB ("
                 + ", ".join(f"{k} {v}" for k, v in g.items()) + f"); resident while generating "
-                f"{self.resident / GIB:.1f}. vLLM {self.vllm_fraction:.2f} = {self.vllm_fraction * self.total / GIB:.1f} "
+                f"{self.resident / GIB:.1f}. vLLM {self.vllm_fraction:.2f} = "
+                f"{self.vllm_fraction * self.total / GIB:.1f} "
                 f"GiB: weights {self.vllm_weights / GIB:.1f}, overhead {self.vllm_overhead / GIB:.1f}, KV cache "
                 f"{self.kv_bytes / GIB:.1f} = {self.kv_tokens:,} tokens = {self.decoding_at_once} of the "
                 f"{self.seqs_in_flight} sequences in flight at their longest ({self.longest:,} tokens)")
@@ -179,9 +180,9 @@ def plan_memory(shape: ModelShape, budget: Budget, total: int, world: int, shard
         vocab bytes each, and the fp32 hidden states of all P positions at the head;
       * margin: CUDA context and collective buffers.
     vLLM: bf16 weights / tp; sampler buffers for max_num_seqs = max(256, seqs in flight) rows (two fp32 rows of
-    vocab each) and ~1 GiB of CUDA graphs and prefill activations; the KV cache (2 x layers x kv_heads x head_dim x 2 bytes per token,
-    split over tp) in what remains. When the engine sleeps (sync, PPO) the trainer's peak and vLLM never
-    coexist: vLLM gets the device less what the trainer keeps resident."""
+    vocab each) and ~1 GiB of CUDA graphs and prefill activations; the KV cache (2 x layers x kv_heads x head_dim
+    x 2 bytes per token, split over tp) in what remains. When the engine sleeps (sync, PPO) the trainer's peak and
+    vLLM never coexist: vLLM gets the device less what the trainer keeps resident."""
     positions = max(budget.micro_batch_tokens, budget.longest)
     root_params = shape.vocab * shape.hidden * (1 if shape.tied else 2)
     layer_params = (shape.params - root_params) / shape.layers

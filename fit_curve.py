@@ -493,8 +493,9 @@ def main(argv=None):
     if args.plot:
         suffix = Path(args.plot).suffix.lower().lstrip(".")
         if suffix not in PLOT_FORMATS:
-            print(f"error: --plot {args.plot}: " + (f"cannot draw a .{suffix} file" if suffix else "no file extension")
-                  + f" (give one of .{', .'.join(PLOT_FORMATS[:3])}, ...; the logs come before --plot)", file=sys.stderr)
+            why = f"cannot draw a .{suffix} file" if suffix else "no file extension"
+            print(f"error: --plot {args.plot}: {why} (give one of .{', .'.join(PLOT_FORMATS[:3])}, ...; the logs "
+                  "come before --plot)", file=sys.stderr)
             return 2
         import importlib.util
         if importlib.util.find_spec("matplotlib") is None:  # before any fitting, as one line

@@ -156,7 +156,7 @@ def pipeline(r: "Rollouts") -> list[Group]:
     Every rank draws the same number of prompts, whatever its own engine holds: the sampler is global."""
     cfg, gen = r.cfg, r.gen
     need = cfg.prompts_per_step // r.layout.engines  # this engine's share of a step
-    r.submit(r.refill if r.refill is not None else cfg.prompts_per_step * (cfg.pipeline_depth if cfg.k > 1 else 1))
+    r.submit(r.refill if r.refill is not None else cfg.prompts_per_step * pipeline_steps(cfg))
     oldest = gen.version - (cfg.k - 1)  # the oldest version a group trained now may start at
 
     def due(g):
@@ -176,6 +176,11 @@ def pipeline(r: "Rollouts") -> list[Group]:
     return r.grade(r.share(gen.take({g.uid for g in batch})))
 
 
+def pipeline_steps(cfg) -> int:
+    """Steps' worth of prompts PipelineRL keeps in flight: the depth, or 1 on-policy (k = 1)."""
+    return cfg.pipeline_depth if cfg.k > 1 else 1
+
+
 @dataclass(frozen=True)
 class Schedule:
     next_batch: Callable[["Rollouts"], list[Group]]
@@ -184,7 +189,7 @@ class Schedule:
 
 
 SCHEDULES = {
-    "pipeline": Schedule(pipeline, updates_in_flight=True, steps_in_flight=lambda cfg: cfg.pipeline_depth if cfg.k > 1 else 1),
+    "pipeline": Schedule(pipeline, updates_in_flight=True, steps_in_flight=pipeline_steps),
     "ppo": Schedule(ppo, updates_in_flight=False, steps_in_flight=lambda cfg: cfg.k),
     "sync": Schedule(sync, updates_in_flight=False, steps_in_flight=lambda cfg: 1),
 }

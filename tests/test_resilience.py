@@ -49,7 +49,8 @@ def test_two_ranks_train_the_same_global_batch_as_one(tmp_path, toy_path, run_na
     names = {v: run_name(v) for v in ("one", "two", "tp2", "hsdp")}
     one = run_train(*common, "--run_name", names["one"], env={"SCALERL_FAULT_GRAD_FILE": str(tmp_path / "one.pt")})
     assert one.returncode == 0, one.stdout[-3000:]
-    for variant, flags, env in (("two", [], {}), ("tp2", ["--tp", "2"], {}), ("hsdp", [], {"SCALERL_FAULT_NODES": "2"})):
+    variants = (("two", [], {}), ("tp2", ["--tp", "2"], {}), ("hsdp", [], {"SCALERL_FAULT_NODES": "2"}))
+    for variant, flags, env in variants:
         proc = torchrun(*common, *flags, "--run_name", names[variant],
                         env={"SCALERL_FAULT_GRAD_FILE": str(tmp_path / f"{variant}.pt"), **env})
         assert proc.returncode == 0, proc.stdout[-3000:]
