@@ -1,46 +1,31 @@
 """Where a step's time goes, and how close the loop is to the limit: vLLM alone and the trainer alone.
 
     python bench.py                                    # the toy, sync mode: 12 steps of the real loop, then the limits
-    python bench.py --mode pipeline                    # any train.py flag passes through (in pipeline mode
-                                                       # "generate" is the wait for a batch, not its generation)
+    python bench.py --mode pipeline                    # any train.py flag passes through
     python bench.py --batch 512 --scale_lengths 32,128 # cost against batch size and completion length
     python bench.py --padding                          # the trainer packed at smaller budgets, and unpacked
-
-1. Runs train.py itself (the real loop, as a script in this process) for --steps steps without evaluation or
-   checkpoints and prints, per phase, the median seconds per step over the steps after --skip: generate,
-   grade, trainer forward/backward, optimizer, weight sync, everything else; generated and trained tokens/s,
-   samples/s, peak memory (RSS on CPU, allocated on GPU) and the padding fraction of the training
-   micro-batches (packed rows, and what one sequence per row would give).
-2. In the same process, the limits on the same prompts and group size: vLLM alone generating a batch, and
-   the trainer alone doing forward/backward/AdamW on those completions (zero-variance groups dropped, as the
-   loop does); overhead = 1 - (generate_alone + train_alone) / step, and again with the grader alone (its
-   time on the same completions) in the limit: what is left is the loop's own bookkeeping. The limits replay
-   the loop from its start: the same initial weights, prompts, sampling seeds and learning rates, each step's
-   weights pushed to the engine untimed, so both sides sample the same completions (checked: their mean length
-   per step) and do the same work. Loop and replay share a process because on a small CPU a process's speed
-   is a draw of its own (the same work ran up to 15% apart in two processes pinned to one core).
-   With --rounds N, each round a fresh process (loop then replay, or replay then loop, alternating), N
-   overheads give the 95% interval of their mean and the rounds that +-2 points would take. Pin it on a small
-   CPU (README, Speed). With --scale_lengths, the same two limits with completions forced to each length; with
-   --padding, what the trainer's padding costs against its alternatives (padding_alternatives).
-On CPU it also reports torch's thread count beside vLLM's engine and the trainer's time on 1 thread.
-
     python bench.py --trainer_only --shapes 0.5b,1.5b --micro_batch_tokens_list 8192,16384,32768   # a GPU, no vLLM
 
-3. --trainer_only: the trainer alone, importing no vLLM (it runs where vLLM is not installed), on random-initialized
-   Qwen2.5-shaped models (the --dtype body, bf16 on a GPU; FP32 LM head; FSDP2 world of one; train.py's
-   --activation_checkpointing and --logprob_chunk_tokens) and synthetic groups of the given lengths: trained
-   tokens/s, peak memory (allocated on GPU, the process's peak RSS on CPU) and MFU = model FLOPs per token x
-   tokens/s / the device's dense bf16 peak. One long sequence's memory, with and without checkpointing and chunks:
+1. loop: train.py itself, in this process, without evaluation or checkpoints: per phase (in pipeline mode "generate"
+   is the wait for a batch) the median seconds per step after --skip; tokens/s, samples/s, peak memory, padding.
+2. limits, in the same process: vLLM alone and the trainer alone, in a replay of the loop; overhead = 1 -
+   (generate_alone + train_alone) / step, and again with the grader alone in the limit: what is left is the loop's
+   own bookkeeping. --rounds N: N fresh processes (one_round), for the overhead's 95% interval. Pin it on a small
+   CPU (README, Speed).
+3. --trainer_only (trainer_only): the trainer alone, importing no vLLM (it runs where vLLM is not installed). One
+   long sequence's memory, with and without activation checkpointing and chunks:
    python bench.py --trainer_only --shapes smollm2 --sequences 2 --trainer_group 2 --prompt_tokens 64 \
        --completion_tokens 8192 --micro_batch_tokens_list 8192 --trainer_steps 0 --activation_checkpointing on
 """
 import argparse
+import dataclasses
 import json
 import math
 import os
 import pickle
+import random
 import resource
+import runpy
 import statistics
 import subprocess
 import sys
@@ -48,15 +33,13 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
-PHASES = ("t_generate", "t_grade", "t_train", "t_optim", "t_sync")
+PHASES = {"t_generate": "generate", "t_grade": "grade", "t_train": "trainer forward/backward", "t_optim": "optimizer",
+          "t_sync": "weight sync"}  # the loop's timed phases, and their names in the table
 
 
 def loop(flags: list[str], steps: int, skip: int) -> dict:
-    """Run train.py, the real loop, as a script in this process (runpy: its own code, unchanged), and return
-    median per-step numbers from its log. In this process because a process's speed is a draw of its own on a
-    small CPU (the same work ran up to 15% apart in two processes pinned to one core): the replay that it is
-    compared with runs in this process too (main runs each round in a fresh process)."""
-    import runpy
+    """Run train.py, the real loop, as a script in this process (runpy: its own code, unchanged): median per-step
+    numbers from its log. In the replay's process: a small CPU's speed differs by process (docs/measurements.md)."""
     with tempfile.TemporaryDirectory() as logs:
         argv = sys.argv
         sys.argv = [os.path.join(ROOT, "train.py"), *flags, "--max_steps", str(steps), "--eval_every", "-1",
@@ -69,14 +52,14 @@ def loop(flags: list[str], steps: int, skip: int) -> dict:
         finally:
             sys.argv = argv
         records = [json.loads(line) for line in open(os.path.join(logs, "bench.jsonl"))]
-    config = records[0]
     train = [r for r in records if r["kind"] == "train"][skip:]
-    med = {k: statistics.median(r[k] for r in train) for k in (*PHASES, "t_step", "padding_frac", "padding_frac_unpacked",
-                                                                 "completion_tokens_mean", "peak_mem_gib")}
+    keys = (*PHASES, "t_step", "padding_frac", "padding_frac_unpacked", "completion_tokens_mean", "peak_mem_gib")
+    med = {k: statistics.median(r[k] for r in train) for k in keys}
     med["t_other"] = statistics.median(r["t_step"] - sum(r[k] for k in PHASES) for r in train)
-    samples = config["batch"]
+    samples = records[0]["batch"]  # the run's config
     # rates over all the timed steps (a median of per-step rates is ruled by the steps that trained nothing)
-    med["gen_tokens_per_s"] = samples * sum(r["completion_tokens_mean"] for r in train) / sum(r["t_generate"] for r in train)
+    generated = samples * sum(r["completion_tokens_mean"] for r in train)
+    med["gen_tokens_per_s"] = generated / sum(r["t_generate"] for r in train)
     trained = sum(b["tokens"] - a["tokens"] for a, b in zip(train, train[1:]))
     med["train_tokens_per_s"] = trained / max(sum(r["t_train"] for r in train[1:]), 1e-9)
     med["samples_per_s"] = samples / med["t_step"]
@@ -84,23 +67,17 @@ def loop(flags: list[str], steps: int, skip: int) -> dict:
     med["step_tokens"] = [r["completion_tokens_mean"] for r in train]  # what the replay must sample again
     # each timed step's phases, to set beside the replay's: generate, grade, train (+ optimizer), weight sync
     med["step_phases"] = [(r["t_generate"], r["t_grade"], r["t_train"] + r["t_optim"], r["t_sync"]) for r in train]
-    med["config"] = config
+    med["config"] = records[0]
     return med
 
 
 def limits(flags: list[str], repeats: int, lengths: list[int], skip: int = 0, padding: bool = False,
            replays: int = 1) -> dict:
-    """vLLM alone and the trainer alone, in this process, on batches of the run's own prompts. The trainer
-    alone runs the functions train.py runs (policy.effective_batch, micro_batches, backward, optimizer_step).
-    The run's own lengths: a replay of the loop's steps skip+1..skip+repeats (a fresh sampler: the same prompts
-    and serials, so the same sampling seeds): out["replay"] holds the seconds per replayed step, (generate,
-    grade, train), to pair with the loop's; with replays > 1 the replay runs that many times and the last
-    counts. With padding, also padding_alternatives on the replayed steps."""
-    import dataclasses
-
+    """vLLM alone and the trainer alone (policy.train_step, as train.py) in this process, replaying the loop's steps
+    skip+1..skip+repeats from its start: the same weights, prompts, sampling seeds and learning rates. out["replay"]:
+    seconds per step (generate, grade, train), to pair with the loop's; with replays > 1 the last replay counts."""
     import torch
     import torch.distributed as dist
-
     import config as config_mod
     import data
     import policy
@@ -122,13 +99,14 @@ def limits(flags: list[str], repeats: int, lengths: list[int], skip: int = 0, pa
     model = policy.build(path, device, getattr(torch, cfg.dtype), cfg.fp32_head)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, eps=cfg.adam_eps, weight_decay=cfg.weight_decay)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+
     def fresh_sampler():  # the loop's draws: step 1's prompts first (NPR retires nothing in the first epoch)
         return PromptSampler(train_rows, cfg.seed, npr=False, npr_threshold=1.0)
     sampler = fresh_sampler()
 
     def generate(length: int | None):
-        """One batch of the run's prompts, graded: (seconds generating, seconds grading, groups). With a length,
-        every completion is forced to exactly that many tokens (no interruptions)."""
+        """One batch of the run's prompts, graded: (seconds generating, seconds grading, groups). With a length, every
+        completion is forced to exactly that many tokens (no interruptions)."""
         gen.cfg = dataclasses.replace(cfg, interruptions=False, think_max_tokens=length, answer_max_tokens=0) \
             if length else cfg
         gen.min_tokens = length or 0
@@ -143,18 +121,14 @@ def limits(flags: list[str], repeats: int, lengths: list[int], skip: int = 0, pa
         return t1 - t0, time.time() - t1, groups
 
     def train(groups, zero_var_filter: bool, step: int | None = None) -> tuple[float, bool]:
-        """The loop's training phase on these groups (world of one: the reductions are the identity), at the
-        loop's learning rate of that step (or the full rate): (seconds, whether the weights changed).
-        Forced-length batches keep every group (their rewards say nothing)."""
-        run_cfg = dataclasses.replace(cfg, zero_var_filter=zero_var_filter, drop_truncated=cfg.drop_truncated and
-                                      zero_var_filter)  # forced lengths end as "truncated": keep them
+        """The loop's training phase at the loop's learning rate of that step (or the full rate): (seconds, whether
+        the weights changed). Forced-length batches keep every group and their "truncated" completions."""
+        run_cfg = dataclasses.replace(cfg, zero_var_filter=zero_var_filter,
+                                      drop_truncated=cfg.drop_truncated and zero_var_filter)
+        step = cfg.warmup_steps if step is None else step
         t0 = time.time()
-        kept, adv, _, totals = policy.effective_batch(groups, run_cfg, lambda values: values)
-        micro, _, _ = policy.micro_batches(kept, adv, run_cfg, totals, device)
-        sums = policy.backward(model, micro, run_cfg, len(micro), 1, pad_id)
-        lr = cfg.lr if step is None else policy.learning_rate(cfg, step)
-        _, finite = policy.optimizer_step(model, optimizer, lr, cfg.grad_clip, sums["loss"], has_gradient=bool(micro))
-        return time.time() - t0, finite and bool(micro)
+        updated = policy.train_step(model, optimizer, groups, run_cfg, step, pad_id).updated
+        return time.time() - t0, updated
 
     out = {"torch_threads": threads}
     start = {name: t.detach().clone() for name, t in model.state_dict().items()}  # the loop's initial weights
@@ -175,7 +149,7 @@ def limits(flags: list[str], repeats: int, lengths: list[int], skip: int = 0, pa
             if step < skip:  # the loop's untimed first steps
                 continue
             if padding:
-                replayed.append(policy.effective_batch(groups, cfg, lambda values: values)[0])
+                replayed.append(policy.effective_batch(groups, cfg)[0])
             out["replay"].append((t_gen, t_grade, t_train))
             out["replay_tokens"].append(statistics.mean(len(s.token_ids) for g in groups for s in g.samples))
     for length in lengths:  # forced lengths: every group kept (their rewards say nothing), no weight sync
@@ -200,13 +174,12 @@ def limits(flags: list[str], repeats: int, lengths: list[int], skip: int = 0, pa
 
 
 def padding_alternatives(model, groups_per_step: list[list], cfg, pad_id: int, repeats: int = 3) -> list[dict]:
-    """What padding costs against its alternatives, on the loop's own kept completions: the trainer's forward and
-    backward (policy.completion_logprobs, the loss's input) over each step's sequences laid out by policy.pack
-      * packed at --micro_batch_tokens (the loop's layout) and at 1/2 and 1/4 of it: less padding, more calls;
-      * one sequence per row at --micro_batch_tokens (the layout before packing).
-    Returns, per layout, its padding fraction, forward calls and median seconds per step (layouts interleaved)."""
+    """What padding costs, on the loop's own kept completions: the trainer's forward and backward over each step's
+    sequences packed by policy.pack at --micro_batch_tokens (the loop's layout), at 1/2 and 1/4 of it (less padding,
+    more calls), and one per row. Per layout: padding fraction, forward calls, median seconds per step."""
     import policy
-    steps = [[(g.prompt_ids, s.token_ids) for g in groups for s in g.samples if any(s.mask)] for groups in groups_per_step]
+    steps = [[(g.prompt_ids, s.token_ids) for g in groups for s in g.samples if any(s.mask)]
+             for groups in groups_per_step]
     steps = [seqs for seqs in steps if seqs]  # a step whose groups all had equal rewards trains nothing
     if not steps:
         return []
@@ -248,9 +221,9 @@ PEAK_BF16_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, 
 
 
 def model_flops(shape: dict, positions: int, completion_positions: int, mean_seq: float) -> float:
-    """Training FLOPs (forward + backward = 3 x forward) of one step: every position through the body's matmuls
-    and causal attention, and only completion positions through the LM head (the work the loss needs; the
-    trainer's head also runs on the prompts packed after a row's first). Forward matmul FLOPs are 2 per weight per position; causal attention 2 x 2 x d x (seq / 2)."""
+    """Training FLOPs (forward + backward = 3 x forward) of one step: every position through the body's matmuls (2
+    per weight) and causal attention (2 x 2 x d x seq / 2), and only completion positions through the LM head (the
+    work the loss needs; the trainer's head also runs on the prompts packed after a row's first)."""
     d, f, layers, v = shape["hidden_size"], shape["intermediate_size"], shape["num_hidden_layers"], shape["vocab_size"]
     kv = d * shape["num_key_value_heads"] // shape["num_attention_heads"]
     body = layers * (d * d * 2 + d * kv * 2 + 3 * d * f)  # q, o; k, v; gate, up, down
@@ -259,14 +232,11 @@ def model_flops(shape: dict, positions: int, completion_positions: int, mean_seq
 
 
 def trainer_only(args, flags: list[str]) -> list[dict]:
-    """The loop's training phase (policy.effective_batch, micro_batches, backward, optimizer_step) on synthetic
-    groups, for each shape and micro-batch budget. Imports no vLLM."""
-    import random
-
+    """The loop's training phase (policy.train_step) on synthetic groups and random-initialized Qwen2.5-shaped models
+    built as train.py builds its own (--dtype body, FP32 head, FSDP2), per shape and budget: tokens/s, memory, MFU."""
     import torch
     import torch.distributed as dist
     from transformers import AutoModelForCausalLM, Qwen2Config
-
     import config as config_mod
     import policy
     from generate import Group, Sample
@@ -300,17 +270,14 @@ def trainer_only(args, flags: list[str]) -> list[dict]:
             return out
         for budget in [int(x) for x in args.micro_batch_tokens_list.split(",")]:
             cfg = config_mod.parse_args(["--model", "bench", "--micro_batch_tokens", str(budget), *flags])
-            times, tokens = [], []
+            times = []
             for step in range(args.trainer_steps + 1):  # the first is warm-up
                 batch = groups()
                 if device.type == "cuda":
                     torch.cuda.synchronize()
                     torch.cuda.reset_peak_memory_stats()
                 t0 = time.time()
-                kept, adv, _, totals = policy.effective_batch(batch, cfg, lambda values: values)
-                micro, padding, _ = policy.micro_batches(kept, adv, cfg, totals, device)
-                sums = policy.backward(model, micro, cfg, len(micro), 1, 0)
-                policy.optimizer_step(model, optimizer, 1e-7, 0.0, sums["loss"])
+                padding = policy.train_step(model, optimizer, batch, cfg, cfg.warmup_steps, 0).padding
                 if device.type == "cuda":
                     torch.cuda.synchronize()
                 if step:
@@ -338,18 +305,14 @@ def trainer_only(args, flags: list[str]) -> list[dict]:
 
 
 def round_overhead(run: dict, replay: list[tuple], parts=(0, 2)) -> float:
-    """1 - sum(what runs alone) / sum(the loop's step), over one round's paired steps; parts: which of the
-    replay's (generate, grade, train) count as the limit."""
+    """1 - sum(what runs alone) / sum(the loop's steps) over one round; parts: which of (generate, grade, train)."""
     return 1 - sum(sum(x[i] for i in parts) for x in replay) / sum(run["step_s"][:len(replay)])
 
 
 def one_round(index: int, flags: list[str], steps: int, skip: int, repeats: int, lengths: list[int],
               padding: bool) -> dict:
-    """One round in this process. Whatever runs first in a process runs slower (without a warm-up, one pair of
-    toy rounds: +21.5% with the loop first, -15.4% with the replay first; the cause is not measured), so a
-    replay first warms the process up on the very work, untimed; then the loop and the replay, in the order
-    loop, replay in even rounds and replay, loop in odd ones (what the order still does then falls on both
-    sides alike over the rounds)."""
+    """One round in this process: an untimed replay first (whatever runs first in a process runs slower), then loop
+    and replay, in that order in even rounds and reversed in odd ones, so what the order does falls on both alike."""
     if index % 2 == 0:
         limits(flags, repeats, [], skip)  # the warm-up
         run = loop(flags, steps, skip)
@@ -389,8 +352,7 @@ def main():
     args, flags = ap.parse_known_args()
 
     def die(msg):  # one line and exit status 2, as train.py's flag errors
-        print(f"error: {msg}", file=sys.stderr)
-        sys.exit(2)
+        ap.exit(2, f"error: {msg}\n")
     import config
     config.main(["--model", "bench", *flags] if args.trainer_only else flags)  # train.py's flags: checked up front
     try:
@@ -404,8 +366,7 @@ def main():
     if not all(x.isdigit() and int(x) > 0 for x in args.micro_batch_tokens_list.split(",")):
         die(f"--micro_batch_tokens_list {args.micro_batch_tokens_list!r} is not a list of positive integers")
     if args.trainer_only:
-        if args.sequences < 1 or args.trainer_group < 1 or args.sequences % args.trainer_group \
-                or args.trainer_steps < 0:
+        if min(args.sequences, args.trainer_group) < 1 or args.sequences % args.trainer_group or args.trainer_steps < 0:
             die("need --sequences a positive multiple of --trainer_group and --trainer_steps >= 0")
         trainer_only(args, flags)
         return
@@ -419,18 +380,15 @@ def main():
         with open(args.round_out, "wb") as f:
             pickle.dump(result, f)
         return
-    # each round a fresh process (a process's speed is a draw of its own here), the loop and its replay inside it;
-    # the lengths and padding extras in the last round only
-    results = []
+    # each round a fresh process, the loop and its replay inside it (see 2. above); the extras in the last round only
+    results, extras = [], ["--scale_lengths", args.scale_lengths, *(["--padding"] if args.padding else [])]
     for i in range(args.rounds):
-        extras = ["--scale_lengths", args.scale_lengths, *(["--padding"] if args.padding else [])] \
-            if i == args.rounds - 1 else []
         with tempfile.TemporaryDirectory() as tmp:
             out = os.path.join(tmp, "round.pkl")
             proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--round_out", out, "--round_index",
                                    str(i), "--steps", str(args.steps), "--skip", str(args.skip), "--repeats",
-                                   str(repeats), *extras, *flags], cwd=ROOT, stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, text=True)
+                                   str(repeats), *(extras if i == args.rounds - 1 else []), *flags], cwd=ROOT,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             if proc.returncode:
                 sys.exit(f"error: bench round {i + 1} failed:\n{proc.stdout[-3000:]}")
             with open(out, "rb") as f:
@@ -439,14 +397,11 @@ def main():
               f"{round_overhead(results[-1]['loop'], results[-1]['limits']['replay']):.1%}", flush=True)
     runs, replays, lim = [r["loop"] for r in results], [r["limits"]["replay"] for r in results], results[-1]["limits"]
     run = {k: statistics.median(r[k] for r in runs) for k, v in runs[0].items() if isinstance(v, (int, float))}
-    run["config"] = runs[0]["config"]  # the table's numbers: medians over rounds; per-step lists stay per run
-    cfg = run["config"]
-    print(f"bench: {' '.join(flags)} | {cfg['batch']} = {cfg['batch'] // cfg['group']} x {cfg['group']} completions per step, "
-          f"{cfg['device']}, medians over steps {args.skip + 1}-{args.steps}")
+    cfg = runs[0]["config"]  # run: the table's numbers, medians over rounds (per-step lists stay per run)
+    print(f"bench: {' '.join(flags)} | {cfg['batch']} = {cfg['batch'] // cfg['group']} x {cfg['group']} completions "
+          f"per step, {cfg['device']}, medians over steps {args.skip + 1}-{args.steps}")
     print(f"{'phase':<26}{'s/step':>8}{'share':>8}")
-    names = {"t_generate": "generate", "t_grade": "grade", "t_train": "trainer forward/backward", "t_optim": "optimizer",
-             "t_sync": "weight sync", "t_other": "everything else"}
-    for key, name in names.items():
+    for key, name in {**PHASES, "t_other": "everything else"}.items():
         print(f"{name:<26}{run[key]:8.3f}{run[key] / run['t_step']:8.1%}")
     print(f"{'step':<26}{run['t_step']:8.3f}")
     print(f"generated tokens/s {run['gen_tokens_per_s']:.0f} | trained tokens/s {run['train_tokens_per_s']:.0f} | "
@@ -456,7 +411,7 @@ def main():
     median_alone = [statistics.median(x[i] for replay in replays for x in replay) for i in range(3)]
     print(f"alone (medians over the replayed steps): vLLM {median_alone[0]:.3f} s/batch, grader "
           f"{median_alone[1]:.3f} s/batch, trainer {median_alone[2]:.3f} s/batch")
-    # each loop run against its own replay of the same steps: overhead = 1 - sum(what runs alone) / sum(step)
+
     def overhead(parts):  # parts: which of (generate, grade, train) count as the limit
         each = [round_overhead(r, replay, parts) for r, replay in zip(runs, replays)]
         spread = ""
@@ -487,8 +442,8 @@ def main():
               f"{r['seconds']:.3f} s/step forward + backward")
     for length in lengths:
         r = lim[length]
-        print(f"length {length:>5} tokens: vLLM alone {r['generate']:.3f} s/batch, trainer alone {r['train']:.3f} s/batch "
-              f"(mean completion {r['tokens']:.0f} tokens)")
+        print(f"length {length:>5} tokens: vLLM alone {r['generate']:.3f} s/batch, trainer alone {r['train']:.3f} "
+              f"s/batch (mean completion {r['tokens']:.0f} tokens)")
 
 
 if __name__ == "__main__":

@@ -306,12 +306,14 @@ def claim_run(run_dir: str, log_path: str, resume: bool):
     The lock is out_dir/<run>/lock with the holder's pid and host, held by fcntl.flock: the kernel drops it
     when its process dies, so a stale lock left by a killed run is simply taken over."""
     import tempfile
-    for folder, flag in ((os.path.dirname(log_path) or ".", "--log_dir"), (os.path.dirname(run_dir) or ".", "--out_dir")):
+    folders = ((os.path.dirname(log_path) or ".", "--log_dir"), (os.path.dirname(run_dir) or ".", "--out_dir"))
+    for folder, flag in folders:
         try:
             os.makedirs(folder, exist_ok=True)
             tempfile.TemporaryFile(dir=folder).close()
         except OSError as e:
-            raise RunError(f"{flag} {folder} is not a writable folder ({type(e).__name__}: {e.strerror or e})") from None
+            reason = f"{type(e).__name__}: {e.strerror or e}"
+            raise RunError(f"{flag} {folder} is not a writable folder ({reason})") from None
     if resume and not os.path.isdir(run_dir):
         raise RunError(f"--resume: no run folder {run_dir}")
     if not os.path.isdir(run_dir):

@@ -7,8 +7,9 @@
 
 Defaults are the ScaleRL recipe (paper §2, §4, A.3). The toy run (`--model toy`, the default) overrides
 only what its scale needs, in TOY below; anything typed on the command line wins over both. The comment
-beside each field is its --help text. The choices of --loss and --mode are their registries
-(losses.LOSSES, rollouts.SCHEDULES): a fork adds a loss or a schedule there and nowhere else.
+beside each field is its --help text. The choices of --loss, --mode and --reward are their registries
+(losses.LOSSES, rollouts.SCHEDULES, rewards.REWARDS): a fork adds a loss, a schedule or a reward there and
+nowhere else.
 """
 import argparse
 import dataclasses
@@ -22,10 +23,11 @@ import typing
 from dataclasses import dataclass
 from typing import Literal
 
+import data
 import losses
+import rewards
 import rollouts
 import toy
-from data import GENERATED
 
 
 @dataclass(frozen=True)
@@ -33,14 +35,18 @@ class Config:
     """The resolved run: built once by parse_args and never changed after validation (frozen)."""
     # --- run ---
     model: str = "toy"  # toy | toy-s | toy-l (built and cached by toy.py) or any HF causal LM name/path
-    dataset: str = "toy"  # toy | box (generated, for small chat models) | polaris | deepscaler | gsm8k | math | path/to/file.jsonl|.parquet
-    eval_dataset: str = ""  # "" = 1,000 held out of --dataset (paper §2.1) or its named eval set; math500 | aime24 | gsm8k_test | a file
-    reward: Literal["math", "exact"] = "math"  # math-verify on the last \boxed{}; or the answer's first line verbatim
+    dataset: str = "toy"  # toy | box (generated, for small chat models) | polaris | deepscaler | gsm8k | math |
+    #                       path/to/file.jsonl|.parquet
+    eval_dataset: str = ""  # "" = 1,000 held out of --dataset (paper §2.1) or its named eval set; math500 | aime24 |
+    #                         gsm8k_test | a file
+    reward: str = ""  # rewards.REWARDS: math (math-verify on the last \boxed{}), exact (the final answer's first line
+    #                   verbatim), boxed_exact (the last \boxed{} holds the answer's text); "" = the dataset's own
     run_name: str = ""  # "" = <mode>-<loss>-s<seed>-<time>; names logs/<run_name>.jsonl and out_dir/<run_name>/
     seed: int = 0  # sampling, data order and the trainer's RNG
     out_dir: str = "out"  # checkpoints, toy model cache, rollout dumps
     log_dir: str = "logs"  # one JSON-lines log per run: the input of fit_curve.py
-    dtype: Literal["auto", "bfloat16", "float32"] = "auto"  # compute dtype of the body; auto = bfloat16 on GPU, float32 on CPU
+    dtype: Literal["auto", "bfloat16", "float32"] = "auto"  # compute dtype of the body; auto = bfloat16 on GPU,
+    #                                                         float32 on CPU
     dry_run: bool = False  # validate, print the resolved config, exit 0 without loading anything
     resume: bool = False  # continue out_dir/<run_name> from its newest complete checkpoint
     wandb: bool = False  # also log to Weights & Biases (the jsonl log stays the source of truth)
@@ -58,8 +64,8 @@ class Config:
     mode: str = "pipeline"  # rollouts.SCHEDULES: pipeline = PipelineRL-k, ppo = PPO-off-policy-k, sync = on-policy
     k: int = 8  # trained completions come from at most k consecutive policy versions (k=1 is on-policy)
     pipeline_depth: int = 2  # PipelineRL: steps' worth of prompts decoding at once (1 when k=1); with even lengths
-    #                          lags reach k-1 only at depth >= k (a long straggler can age to k-1 at any depth).
-    #                          2 by measurement: depths 1/4/8 are no faster on the toy, 2 keeps lags <= 1 (README)
+    #                          lags reach k-1 only at depth >= k (a long straggler can age to k-1 at any depth);
+    #                          2 keeps the engine busy while lags stay <= 1 (docs/measurements.md)
     max_steps: int = 7400  # optimizer steps (the paper's 8B run: 7,400)
 
     # --- loss (paper §3.2, Eq. 4, A.17) ---
@@ -85,11 +91,12 @@ class Config:
     temperature: float = 1.0  # sampling temperature (no top-p/top-k: they would bias pi_gen)
     exact_sampling: bool = True  # one seeded generator per completion: what is sampled does not depend on the
     #                              batch around it, the number of ranks or a resume. vLLM then draws the noise
-    #                              request by request (+42 ms per 768 x 16 tokens on the 2-core CPU, measured);
-    #                              --no_exact_sampling draws it in one call from the engine's seeded generator
+    #                              request by request (slower, docs/measurements.md); --no_exact_sampling
+    #                              draws it in one call from the engine's seeded generator
     prompt_max_tokens: int = 2048  # longer prompts are dropped from the dataset
     think_min_tokens: int = 10240  # interruption point drawn uniformly in [think_min, think_max] per completion
-    think_max_tokens: int = 12288  # upper end of that range; with --no_interruptions, thinking + answer share think_max + answer_max
+    think_max_tokens: int = 12288  # upper end of that range; with --no_interruptions, thinking + answer share
+    #                                think_max + answer_max
     answer_max_tokens: int = 2048  # budget after </think> (natural or forced)
     interruptions: bool = True  # forced "time is up" phrase at the thinking budget
     length_penalty: bool = False  # DAPO overlong penalty (Eq. 9) instead of interruptions (turns them off)
@@ -129,37 +136,24 @@ class Config:
 
 
 # The toy run: a ~1M-parameter model on a generated arithmetic task (toy.py), on a 2-core CPU. Only what the
-# scale forces differs from the paper: a smaller batch (16 prompts x 8), budgets of tens of tokens instead of
-# thousands (32-40 thinking tokens fit short sums and no long one: that sets the toy's ceiling, see toy.py), an
-# answer budget of 7 tokens (\boxed{NN} and EOS: no room to keep computing after an interruption), a higher
-# learning rate with a shorter warm-up for a tiny model (5e-5 gave gradient-norm spikes to 54 and a late
-# collapse, measured), no gradient clipping (the paper's; clipping at 1.0, as tuned before, bound on ~60% of steps
-# and changed neither A nor C_mid: README, seeds without it), 200 steps (the pass rate rises
-# over steps ~20-70 and is flat from ~100: the fit on the first half of the compute predicts the end, the paper's
-# protocol), evaluation of all 1,000 held-out prompts x 3 samples every 10 steps (a standard error under 0.01
-# per point; ~50 s each on one core: 18 of a run's 28 minutes). The dtype is auto (bf16 on a GPU,
-# fp32 on a CPU): most CPUs (AVX2 without AVX512-BF16 or AMX) emulate bf16 matmuls, which makes a toy step ~4x
-# slower, and on such a CPU bf16 bought no faster learning: from the same seed, bf16 and fp32 runs followed each
-# other to step 200 (docs/measurements.md, 2026-12-01). In fp32 the FP32 LM head changes nothing; `--dtype
-# bfloat16` gives the paper's bf16 body, and study.py's FP32-head row uses it.
+# scale forces differs from the paper:
+#   * a smaller batch (16 prompts x 8) and budgets of tens of tokens: 32-40 thinking tokens fit short sums and
+#     no long one, which sets the toy's ceiling (toy.py); 7 answer tokens hold \boxed{NN} and EOS, so nothing
+#     can be computed after an interruption;
+#   * a higher learning rate with a shorter warm-up, for a tiny model;
+#   * 200 steps: the pass rate rises and then stays flat, so a fit on the first half of the compute can be
+#     checked against the end (the paper's protocol);
+#   * evaluation of all 1,000 held-out prompts x 3 samples every 10 steps: a standard error under 0.01 a point.
+# The dtype is auto: float32 on a CPU, where most chips (AVX2 without AVX512-BF16 or AMX) emulate bf16 matmuls
+# at a fraction of fp32's speed; in fp32 the FP32 LM head changes nothing, and `--dtype bfloat16` gives the
+# paper's bf16 body. How these values were chosen, with the runs: docs/measurements.md.
 TOY = dict(
     batch=128, group=8, max_steps=200, lr=3e-5, warmup_steps=20,
     prompt_max_tokens=48, think_min_tokens=32, think_max_tokens=40, answer_max_tokens=7,
     eval_every=10, eval_prompts=1000, eval_samples=3, save_every=50, micro_batch_tokens=2048,
 )
 # Flags whose choices are a registry: an entry added there is a choice here.
-REGISTRIES = {"loss": losses.LOSSES, "mode": rollouts.SCHEDULES}
-
-
-def bf16_is_emulated(cpuinfo: str = "/proc/cpuinfo") -> bool:
-    """True on a CPU without native bf16 matmuls (neither the avx512_bf16 nor the amx_bf16 flag): oneDNN emulates
-    them there, 0.6 against 29 GFLOP/s in fp32 on one core of an AVX2 AMD EPYC (2026-12-01). False where the
-    flags cannot be read (not Linux): no claim then."""
-    try:
-        flags = next((line.split(":", 1)[1].split() for line in open(cpuinfo) if line.startswith("flags")), None)
-    except OSError:
-        return False
-    return flags is not None and not {"avx512_bf16", "amx_bf16"} & set(flags)
+REGISTRIES = {"loss": losses.LOSSES, "mode": rollouts.SCHEDULES, "reward": rewards.REWARDS}
 
 
 class ConfigError(ValueError):
@@ -259,6 +253,8 @@ def parse_args(argv: list[str]) -> Config:
     # derived defaults: each decided here, once
     if values.get("mode") == "sync" and "k" not in given:
         values["k"] = 1  # on-policy by definition
+    if not values.get("reward"):
+        values["reward"] = data.default_reward(values.get("dataset", Config.dataset))
     if values.get("length_penalty") and "interruptions" not in given:
         values["interruptions"] = False  # the penalty replaces the interruptions (paper §4, LOO row "lp")
     if "auto" in (values.get("dtype", Config.dtype), values.get("activation_checkpointing", "auto")):
@@ -335,9 +331,9 @@ def validate(cfg: Config) -> None:
     if cfg.mode == "pipeline" and cfg.k > 1 and cfg.pipeline_depth > cfg.k:
         bad(f"--pipeline_depth {cfg.pipeline_depth} must be at most --k {cfg.k}: lags reach k - 1 at depth k, and a "
             "deeper pipeline only holds more prompts in flight")
-    if "reward" in cfg.typed and (cfg.dataset == "toy" or cfg.dataset in GENERATED):
-        bad(f"--reward {cfg.reward} does not apply to --dataset {cfg.dataset}: it is graded by its own exact check of "
-            "the final \\boxed{} number")
+    if cfg.dataset in data.GENERATED and cfg.reward != data.default_reward(cfg.dataset):
+        bad(f"--reward {cfg.reward} does not apply to --dataset {cfg.dataset}: its prompts say how to answer, and it "
+            f"is graded by its own reward, {data.default_reward(cfg.dataset)}")
     if os.path.isabs(cfg.model) or cfg.model.startswith((".", "~")) or cfg.model.count("/") > 1:
         if not os.path.exists(os.path.expanduser(cfg.model)):  # a local path (a Hub name is org/name)
             bad(f"--model {cfg.model}: no such file or folder")

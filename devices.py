@@ -246,3 +246,14 @@ def paper_table() -> str:
 
 if __name__ == "__main__":
     print(paper_table())
+
+
+def bf16_is_emulated(cpuinfo: str = "/proc/cpuinfo") -> bool:
+    """True on a CPU without native bf16 matmuls (neither the avx512_bf16 nor the amx_bf16 flag): oneDNN emulates
+    them there, about 50x slower than fp32 (docs/measurements.md). False where the flags cannot be read (not
+    Linux): no claim then."""
+    try:
+        flags = next((line.split(":", 1)[1].split() for line in open(cpuinfo) if line.startswith("flags")), None)
+    except OSError:
+        return False
+    return flags is not None and not {"avx512_bf16", "amx_bf16"} & set(flags)

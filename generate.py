@@ -23,7 +23,9 @@ import random
 import time
 from dataclasses import dataclass, field
 
+from data import one_line
 from devices import Layout, check_engine_device
+from rewards import INTERRUPT_PHRASE, THINK_END, think_end_id
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # keep the engine in this process: weights in place
 # vLLM's start-up chatter is hidden, but its warnings about weights not reloaded are shown (Generator opens its
@@ -225,7 +227,8 @@ class Generator:
             s.versions += versions
             s.mask += [1] * len(o.token_ids)
             # wrote </think> itself (an EOS also finishes with "stop", with stop_reason None: not a close)
-            closed = o.finish_reason == "stop" and o.stop_reason is not None and o.stop_reason in (self.think_end_id, THINK_END)
+            stopped_on = o.stop_reason if o.finish_reason == "stop" else None
+            closed = stopped_on is not None and stopped_on in (self.think_end_id, THINK_END)
             if self.cfg.interruptions and phase == 0 and (closed or o.finish_reason == "length"):
                 if o.finish_reason == "length":  # thinking budget reached: inject the phrase
                     s.interrupted = True
@@ -392,5 +395,3 @@ def _retie_lm_head(model):
     heads[0].weight = embeds[0].weight
     heads[0].quant_method.process_weights_after_loading(heads[0])
 
-
-from data import INTERRUPT_PHRASE, THINK_END, one_line, think_end_id  # noqa: E402  (after the env vars above)

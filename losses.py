@@ -92,7 +92,7 @@ def gspo(logp, log_ratio, adv, seq_id, mask, gspo_eps_low, gspo_eps_high, **_):
     """GSPO (paper §3.2, A.17.3): a sequence-level ratio s_i = exp(mean_t log rho_{i,t}) (geometric mean over
     the completion's sampled tokens), min(s_i A, clip(s_i, 1 - eps_low, 1 + eps_high) A), broadcast to the
     completion's tokens; with loss_agg="sample" this is exactly GSPO's (1/G) sum_i. The mean log-ratio is
-    clamped before exp (peers have seen an unclamped exp overflow to NaN)."""
+    clamped before exp: unclamped, a large mean log-ratio overflows exp to inf and the loss to NaN."""
     num_seqs = int(seq_id.max()) + 1 if seq_id.numel() else 0
     sums = torch.zeros(num_seqs, dtype=log_ratio.dtype, device=log_ratio.device).index_add(0, seq_id, log_ratio * mask)
     counts = torch.zeros(num_seqs, dtype=log_ratio.dtype, device=log_ratio.device).index_add(0, seq_id, mask)
@@ -109,7 +109,8 @@ TENSOR_ARGS = ("logp", "log_ratio", "adv", "seq_id", "mask")
 def hyperparameters(loss: str, cfg) -> dict:
     """The loss function's own keyword arguments (e.g. cispo's eps_max), read from cfg by name."""
     params = inspect.signature(LOSSES[loss]).parameters.values()
-    return {p.name: getattr(cfg, p.name) for p in params if p.name not in TENSOR_ARGS and p.kind is p.POSITIONAL_OR_KEYWORD}
+    return {p.name: getattr(cfg, p.name) for p in params
+            if p.name not in TENSOR_ARGS and p.kind is p.POSITIONAL_OR_KEYWORD}
 
 
 def policy_loss(loss: str, logp: torch.Tensor, logp_gen: torch.Tensor, adv: torch.Tensor, weight: torch.Tensor,

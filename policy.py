@@ -2,10 +2,9 @@
 backward pass over them, and the optimizer step. train.py and bench.py call the same functions.
 
     model = build(path, device, torch.bfloat16, fp32_head=True)
-    kept, adv, zero_var, totals = effective_batch(groups, cfg, all_reduce)    # advantages, zero-variance filter
-    micro, padding, _ = micro_batches(kept, adv, cfg, totals, device)         # ready tensors
-    sums = backward(model, micro, cfg, num_micro, world, pad_id)              # loss over micro-batches
-    grad_norm, finite = optimizer_step(model, optimizer, lr, cfg.grad_clip, global_loss)
+    stats = train_step(model, optimizer, groups, cfg, step, pad_id)   # one optimizer step
+        # = effective_batch (advantages, zero-variance filter) -> micro_batches (ready tensors)
+        #   -> backward (the loss over micro-batches) -> optimizer_step (AdamW)
 
 FP32 LM head (paper §3.2(c)): the master weights are fp32; each decoder layer is an FSDP2 unit that computes in
 the compute dtype (bf16 on GPU), and the root unit (embedding, final norm, LM head, tied or not) computes in fp32
@@ -17,9 +16,11 @@ import dataclasses
 import glob
 import math
 import os
+import time
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -39,10 +40,9 @@ def resolve_model(name: str, out_dir: str, log=print) -> str:
 
 def weights_sha256(path: str, max_bytes: int = 4 << 30) -> str | None:
     """The sha256 of a local model folder's weights, logged with every run so that a result names the exact weights
-    it started from: the toy's warm start is rebuilt on each machine, the same on every x86 one (toy.py holds its
-    kernels to AVX2) but not elsewhere, nor if built before that, and RL from another start can differ (README, The
-    paper in miniature). One
-    safetensors file: its sha256, as `sha256sum` prints it; several: the sha256 of their digests in name order.
+    it started from: the toy's warm start is rebuilt on each machine and can differ between CPUs (toy.py), and RL
+    from another start can differ (docs/study.md). One safetensors file: its sha256, as `sha256sum` prints it;
+    several: the sha256 of their digests in name order.
     None for a Hub name, a folder without safetensors, or weights over max_bytes (hashing reads ~1 GB/s)."""
     import hashlib
 
@@ -113,7 +113,6 @@ def build(path, device: torch.device, compute_dtype: torch.dtype, fp32_head: boo
     checkpointing: each decoder layer keeps only its input and recomputes the rest in backward (activations ~2 x
     hidden bytes per position per layer instead of ~34). chunk_tokens: positions per chunk at the LM head
     (LogprobHead)."""
-    import torch.distributed as dist
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
     world = dist.get_world_size() if dist.is_initialized() else 1
     rank = dist.get_rank() if dist.is_initialized() else 0
@@ -268,9 +267,20 @@ def pack(items: list, budget_tokens: int, length, packed: bool = True) -> tuple[
     return batches, best[0][1] / (best[0][1] + sum(r[0] for r in rows)) if rows else 0.0
 
 
-def effective_batch(groups: list, cfg, all_reduce) -> tuple[list, torch.Tensor, torch.Tensor, dict]:
+def all_reduce(values: dict, op=None) -> dict:
+    """{name: number} summed (or reduced by op, a dist.ReduceOp) over ranks, in one collective; unchanged without
+    a process group."""
+    if not dist.is_initialized():
+        return dict(values)
+    device = "cuda" if dist.get_backend() == "nccl" else "cpu"  # NCCL reduces on this rank's current GPU
+    t = torch.tensor(list(values.values()), dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=op or dist.ReduceOp.SUM)
+    return dict(zip(values, t.tolist()))
+
+
+def effective_batch(groups: list, cfg, reduce=all_reduce) -> tuple[list, torch.Tensor, torch.Tensor, dict]:
     """Advantages (paper §3.2(b)) and zero-variance filtering (§3.2(e)) of one step's groups on this rank.
-    all_reduce({name: number}) sums over ranks. Returns the kept groups (P'), their advantages (P', G), the
+    reduce({name: number}) sums over ranks. Returns the kept groups (P'), their advantages (P', G), the
     zero-variance mask of all groups (P,) and the step's global counts: the prompts, completions and sampled
     tokens that the loss trains on, the completions scored (kept groups x G) and their sum of squared centered
     rewards (batch-level normalization's numerator and count). With cfg.drop_truncated, truncated completions
@@ -283,10 +293,10 @@ def effective_batch(groups: list, cfg, all_reduce) -> tuple[list, torch.Tensor, 
         kept = [dataclasses.replace(g, samples=[dataclasses.replace(s, mask=[0] * len(s.mask)) if s.truncated else s
                                                 for s in g.samples]) for g in kept]
     centered = rewards[keep] - rewards[keep].mean(dim=1, keepdim=True)
-    totals = all_reduce({"prompts": sum(any(any(s.mask) for s in g.samples) for g in kept),
-                         "completions": sum(any(s.mask) for g in kept for s in g.samples),
-                         "tokens": sum(sum(s.mask) for g in kept for s in g.samples),
-                         "scored": len(kept) * cfg.group, "adv_sq_sum": float((centered ** 2).sum())})
+    totals = reduce({"prompts": sum(any(any(s.mask) for s in g.samples) for g in kept),
+                     "completions": sum(any(s.mask) for g in kept for s in g.samples),
+                     "tokens": sum(sum(s.mask) for g in kept for s in g.samples),
+                     "scored": len(kept) * cfg.group, "adv_sq_sum": float((centered ** 2).sum())})
     adv = losses.advantages(rewards[keep], cfg.adv_norm, totals["adv_sq_sum"], int(totals["scored"]))
     return kept, adv, zero_var, totals
 
@@ -379,6 +389,45 @@ def optimizer_step(model, optimizer, lr: float, grad_clip: float, loss: float, h
         optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return grad_norm, finite
+
+
+@dataclass
+class StepStats:
+    """What one train_step did. sums are this rank's (backward's metric sums); totals are global (all ranks)."""
+    kept: list  # the groups in the loss (zero-variance groups filtered out), on this rank
+    zero_var: torch.Tensor  # (P,) bool, all of this rank's groups
+    totals: dict  # the step's global counts (effective_batch) and "loss", the global loss
+    sums: dict  # this rank's metric sums over its micro-batches (backward)
+    lr: float
+    grad_norm: float
+    finite: bool  # loss and gradient norm finite (else the step was skipped)
+    updated: bool  # the weights changed: finite, and some rank had a micro-batch
+    padding: float  # padding fraction of the packed micro-batches
+    padding_unpacked: float  # what one sequence per row would have padded
+    t_train: float  # seconds: advantages, micro-batches, forward and backward
+    t_optim: float  # seconds: gradient norm and AdamW
+
+
+def train_step(model, optimizer, groups: list, cfg, step: int, pad_id: int) -> StepStats:
+    """One optimizer step (0-based `step`, for the warm-up) on this rank's graded groups; every rank calls it.
+    train.py and bench.py both train through it."""
+    t0 = time.time()
+    # advantages (§3.2(b)) and zero-variance filtering (§3.2(e)): a group whose G rewards are all equal has zero
+    # advantages; it leaves the loss and the batch statistics (the "effective batch")
+    kept, adv, zero_var, totals = effective_batch(groups, cfg)
+    # the loss over micro-batches of packed rows (§3.2(a), Eq. 4), gradients summed over them and over ranks
+    device = next(model.parameters()).device
+    micro, padding, padding_unpacked = micro_batches(kept, adv, cfg, totals, device)
+    num_micro = int(all_reduce({"n": len(micro)}, op=dist.ReduceOp.MAX)["n"])
+    world = dist.get_world_size() if dist.is_initialized() else 1
+    sums = backward(model, micro, cfg, num_micro, world, pad_id)
+    totals["loss"] = all_reduce({"loss": sums["loss"]})["loss"]
+    t1 = time.time()
+    # AdamW (A.3) after a linear warm-up; a non-finite loss or gradient skips the step, weights and state untouched
+    lr = learning_rate(cfg, step)
+    grad_norm, finite = optimizer_step(model, optimizer, lr, cfg.grad_clip, totals["loss"], has_gradient=num_micro > 0)
+    return StepStats(kept, zero_var, totals, sums, lr, grad_norm, finite, finite and num_micro > 0, padding,
+                     padding_unpacked, t1 - t0, time.time() - t1)
 
 
 def full_weights(model, dtype: torch.dtype = torch.float32):

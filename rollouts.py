@@ -7,7 +7,7 @@ and when they were generated relative to the weights (the off-policy schedules, 
 Three ideas of the paper live here, each in one place:
   * No-Positive-Resampling (§3.2(d)): PromptSampler records every graded group's pass rate (gathered from
     every rank) and retires prompts that pass at >= npr_threshold from later epochs.
-  * The schedules (§3.1), one function each in SCHEDULES, the table a fork adds to. Off-policyness is
+  * The schedules (§3.1), one class each in SCHEDULES, the table a fork adds to. Off-policyness is
     bounded by k, defined exactly as
         lag(group) = (policy version being trained) - (oldest version that sampled any of its first tokens)
         every trained group has lag <= k - 1
@@ -21,8 +21,6 @@ no completion is trained twice and the global batch is the one N times as many e
 """
 import random
 import time
-from dataclasses import dataclass
-from typing import Callable
 
 import torch.distributed as dist
 
@@ -128,24 +126,50 @@ def grade_groups(groups: list[Group], grade, cfg) -> list[Group]:
 
 
 # --- the schedules (paper §3.1): rollouts -> this rank's groups for one step --------------------------------------
-def sync(r: "Rollouts") -> list[Group]:
+class Schedule:
+    """Which finished groups a step trains on. A schedule is a subclass with next_batch and an entry in SCHEDULES.
+    Groups it keeps from one step to the next go in self.held: Rollouts.pending() counts them, so a checkpoint
+    saves their prompts and a resume serves those prompts first. Kept anywhere else, they would be lost."""
+    updates_in_flight = False  # requests are running when weights change (else the engine may sleep meanwhile)
+
+    def __init__(self):
+        self.held: list[Group] = []
+
+    @staticmethod
+    def steps_in_flight(cfg) -> int:
+        """Steps' worth of prompts one engine holds at once (sizes vLLM's batch and the memory plan)."""
+        return 1
+
+    def next_batch(self, r: "Rollouts") -> list[Group]:
+        raise NotImplementedError
+
+
+class Sync(Schedule):
     """On-policy: generate one step's groups with the current weights, wait for all of them, train."""
-    r.submit(r.cfg.prompts_per_step)
-    return r.generate_all()
+
+    def next_batch(self, r):
+        r.submit(r.cfg.prompts_per_step)
+        return r.generate_all()
 
 
-def ppo(r: "Rollouts") -> list[Group]:
+class PPO(Schedule):
     """PPO-off-policy-k: generate k steps' worth with the current weights, then take k optimizer steps on them
     one mini-batch at a time (the i-th is i versions stale)."""
-    if not r.queue:
-        r.submit(r.cfg.prompts_per_step * r.cfg.k)
-        r.queue = r.generate_all()  # this rank's share of the k steps, in draw order
-    per_rank = r.cfg.prompts_per_step // r.layout.world
-    batch, r.queue = r.queue[:per_rank], r.queue[per_rank:]
-    return batch
+
+    @staticmethod
+    def steps_in_flight(cfg):
+        return cfg.k
+
+    def next_batch(self, r):
+        if not self.held:
+            r.submit(r.cfg.prompts_per_step * r.cfg.k)
+            self.held = r.generate_all()  # this rank's share of the k steps, in draw order
+        per_rank = r.cfg.prompts_per_step // r.layout.world
+        batch, self.held = self.held[:per_rank], self.held[per_rank:]
+        return batch
 
 
-def pipeline(r: "Rollouts") -> list[Group]:
+class Pipeline(Schedule):
     """PipelineRL-k: the engine always has requests in flight. Train on the oldest finished groups as soon as
     a step's worth is ready; the rest keep decoding across the weight update on their stale KV cache (in-flight
     update). The lag bound is kept by waiting, as the paper's trainers wait when k steps ahead: a group whose
@@ -154,26 +178,37 @@ def pipeline(r: "Rollouts") -> list[Group]:
     all ranks, so about that many decode at once: the deeper, the staler the groups trained (with lengths as
     even as the toy's, lags reach k - 1 only at depth >= k; a long straggler can age to k - 1 at any depth).
     Every rank draws the same number of prompts, whatever its own engine holds: the sampler is global."""
-    cfg, gen = r.cfg, r.gen
-    need = cfg.prompts_per_step // r.layout.engines  # this engine's share of a step
-    r.submit(r.refill if r.refill is not None else cfg.prompts_per_step * pipeline_steps(cfg))
-    oldest = gen.version - (cfg.k - 1)  # the oldest version a group trained now may start at
+    updates_in_flight = True
 
-    def due(g):
-        return g.first_version() is not None and g.first_version() <= oldest
-    bar = Progress(need, "generate")
-    while len(gen.finished) < need or any(due(g) for g in gen.inflight()):
-        gen.step()
-        bar.update(min(len(gen.finished), need))
-    bar.close()
-    ready = sorted(gen.finished, key=lambda g: (g.first_version(), g.serial))
-    batch = ready[:max(need, sum(map(due, ready)))]  # (more than a batch only if more than one is due)
-    r.refill = len(batch)
-    if dist.is_initialized() and dist.get_world_size() > 1:  # what all engines took, drawn again by every rank
-        taken = [None] * dist.get_world_size()
-        dist.all_gather_object(taken, len(batch))
-        r.refill = sum(taken) // r.layout.tp  # each engine's ranks all report its batch
-    return r.grade(r.share(gen.take({g.uid for g in batch})))
+    def __init__(self):
+        super().__init__()
+        self.refill: int | None = None  # prompts to draw next (None: fill the pipeline, as after a resume)
+
+    @staticmethod
+    def steps_in_flight(cfg):
+        return pipeline_steps(cfg)
+
+    def next_batch(self, r):
+        cfg, gen = r.cfg, r.gen
+        need = cfg.prompts_per_step // r.layout.engines  # this engine's share of a step
+        r.submit(self.refill if self.refill is not None else cfg.prompts_per_step * pipeline_steps(cfg))
+        oldest = gen.version - (cfg.k - 1)  # the oldest version a group trained now may start at
+
+        def due(g):
+            return g.first_version() is not None and g.first_version() <= oldest
+        bar = Progress(need, "generate")
+        while len(gen.finished) < need or any(due(g) for g in gen.inflight()):
+            gen.step()
+            bar.update(min(len(gen.finished), need))
+        bar.close()
+        ready = sorted(gen.finished, key=lambda g: (g.first_version(), g.serial))
+        batch = ready[:max(need, sum(map(due, ready)))]  # (more than a batch only if more than one is due)
+        self.refill = len(batch)
+        if dist.is_initialized() and dist.get_world_size() > 1:  # what all engines took, drawn again by every rank
+            taken = [None] * dist.get_world_size()
+            dist.all_gather_object(taken, len(batch))
+            self.refill = sum(taken) // r.layout.tp  # each engine's ranks all report its batch
+        return r.grade(r.share(gen.take({g.uid for g in batch})))
 
 
 def pipeline_steps(cfg) -> int:
@@ -181,18 +216,7 @@ def pipeline_steps(cfg) -> int:
     return cfg.pipeline_depth if cfg.k > 1 else 1
 
 
-@dataclass(frozen=True)
-class Schedule:
-    next_batch: Callable[["Rollouts"], list[Group]]
-    updates_in_flight: bool  # requests are running when weights change (else the engine may sleep meanwhile)
-    steps_in_flight: Callable  # cfg -> steps' worth of prompts one engine holds at once (sizes vLLM's batch)
-
-
-SCHEDULES = {
-    "pipeline": Schedule(pipeline, updates_in_flight=True, steps_in_flight=pipeline_steps),
-    "ppo": Schedule(ppo, updates_in_flight=False, steps_in_flight=lambda cfg: cfg.k),
-    "sync": Schedule(sync, updates_in_flight=False, steps_in_flight=lambda cfg: 1),
-}
+SCHEDULES = {"pipeline": Pipeline, "ppo": PPO, "sync": Sync}
 
 
 def seqs_in_flight(cfg, engines: int) -> int:
@@ -207,9 +231,7 @@ class Rollouts:
 
     def __init__(self, gen: Generator, sampler: PromptSampler, grade, cfg, layout: Layout = Layout()):
         self.gen, self.sampler, self.grade_fn, self.cfg, self.layout = gen, sampler, grade, cfg, layout
-        self.schedule = SCHEDULES[cfg.mode]
-        self.queue: list[Group] = []  # ppo: the rest of the k mini-batches, in draw order
-        self.refill: int | None = None  # pipeline: prompts to draw next (None: fill the pipeline, as after a resume)
+        self.schedule = SCHEDULES[cfg.mode]()
         self.graded: list[Group] = []  # graded since the last step: their pass rates go to NPR
         self.t_grade = 0.0  # seconds spent grading in the last next_batch
         self.ungraded = 0  # completions marked wrong in the last next_batch for lack of grading time
@@ -217,7 +239,7 @@ class Rollouts:
     def next_batch(self) -> list[Group]:
         self.t_grade = 0.0
         before = ungraded(self.grade_fn)
-        if hasattr(self.grade_fn, "new_budget"):  # a grader with a time bound per step (data.MathGrader)
+        if hasattr(self.grade_fn, "new_budget"):  # a grader with a time bound per step (rewards.MathGrader)
             self.grade_fn.new_budget()
         groups = self.schedule.next_batch(self)
         self.ungraded = ungraded(self.grade_fn) - before
@@ -248,9 +270,10 @@ class Rollouts:
         return groups
 
     def pending(self) -> list[tuple[int, int]]:
-        """(serial, prompt) of this engine's draws not trained on yet: in flight, finished, or queued (the ranks
-        of an engine report the same draws; the checkpoint keeps each once)."""
-        return [(g.serial, g.prompt_idx) for g in self.gen.inflight() + self.gen.finished + self.queue if g.serial >= 0]
+        """(serial, prompt) of this engine's draws not trained on yet: in flight, finished, or held by the schedule
+        (the ranks of an engine report the same draws; the checkpoint keeps each once)."""
+        groups = self.gen.inflight() + self.gen.finished + self.schedule.held
+        return [(g.serial, g.prompt_idx) for g in groups if g.serial >= 0]
 
 
 def ungraded(grade) -> int:
@@ -260,12 +283,14 @@ def ungraded(grade) -> int:
 
 # --- evaluation (paper §2.1) ---------------------------------------------------------------------------------------
 def evaluate(gen: Generator, rows: list[dict], cfg, grade, first_index: int = 0, stride: int = 1,
-             share: tuple[int, int] = (0, 1)) -> dict:
+             share: tuple[int, int] = (0, 1), extract=None) -> dict:
     """Sums over these held-out prompts, eval_samples completions each (the paper's mean@16 is correct /
-    samples; its standard error is sqrt(variance_sum) / prompts). Seeds come from each prompt's index in the whole validation set (rows[j] is number
-    first_index + j * stride), so every evaluation, on any number of ranks, samples alike: successive pass
-    rates differ by the policy only. share (i, n): the ranks of a tensor-parallel engine generate the same
-    groups and each grades and counts every n-th, from the i-th."""
+    samples; its standard error is sqrt(variance_sum) / prompts). Seeds come from each prompt's index in the whole
+    validation set (rows[j] is number first_index + j * stride), so every evaluation, on any number of ranks,
+    samples alike: successive pass rates differ by the policy only. share (i, n): the ranks of a tensor-parallel
+    engine generate the same groups and each grades and counts every n-th, from the i-th. extract(text) -> the
+    answer a completion gives or None (the reward's parse): "answered" counts the completions that give one, so
+    format failures are told from wrong answers."""
     uids = set()
     for j, row in enumerate(rows):
         uid = f"eval-{first_index + j * stride}"
@@ -285,4 +310,5 @@ def evaluate(gen: Generator, rows: list[dict], cfg, grade, first_index: int = 0,
     variance = sum(c * (n - c) / (n * n * (n - 1)) for c in correct) if n > 1 else float("nan")  # needs n >= 2
     return {"correct": sum(correct), "samples": len(samples), "prompts": len(groups), "variance_sum": variance,
             "ungraded": ungraded(grade) - before,
+            **({"answered": sum(extract(s.text) is not None for s in samples)} if extract else {}),
             "truncated": sum(s.truncated for s in samples), "completion_tokens": sum(len(s.token_ids) for s in samples)}

@@ -7,28 +7,25 @@ Each part fits an afternoon: wall-clock with --jobs 2 on the 2-core machine (REA
     python study.py --part loo --jobs 2          # §6 at a staleness that binds: references, 8op, DAPO, no-NPR
     python study.py --part loo-more --jobs 2     # §6: sample average, prompt norm, zero-var kept, length penalty, clip
     python study.py --part loo-bf16 --jobs 2     # §6: the FP32 head, beside its bf16 reference
-    python study.py --part axes-budget --jobs 2  # §5: thinking budget x2, 600 steps
-    python study.py --part axes-budget-l --jobs 2  # §5: thinking budget x2 on the larger toy-l
-    python study.py --part axes-batch --jobs 2   # §5: batch x1/2 and x2
-    python study.py --part axes-batch-long --jobs 2  # §5: batch x2 for 400 steps
+    python study.py --part axes-budget --jobs 2  # §5: thinking budget x2, 600 steps; axes-budget-l: on toy-l
+    python study.py --part axes-batch --jobs 2   # §5: batch x1/2 and x2; axes-batch-long: x2 for 400 steps
     python study.py --part axes-gen --jobs 2     # §5: generations per prompt at a fixed batch
-    python study.py --part axes-model --jobs 2   # §5: a smaller model, toy-s (first builds its warm start)
-    python study.py --part axes-model-l --jobs 2 # §5: a larger model, toy-l (first builds its warm start: 87 min)
+    python study.py --part axes-model --jobs 2   # §5: a smaller model, toy-s; axes-model-l: toy-l (warm start: 87 min)
     python study.py --part axes-depth --jobs 2   # the pipeline at depth 1: whole batches on-policy (~15 min)
     python study.py --part axes --fit_only       # just the fits, tables and figures from logs/study/*.jsonl
 
-Each run is `python train.py <flags> --run_name <name> --log_dir logs/study` with the toy's defaults. A run
-whose log holds its final evaluation is not run again; kill the script at any time and start it again: an
-interrupted run resumes from its last checkpoint. Every minute a progress line gives each running run's step
-and latest pass rate. The parts of one family share a table: logs/study/<family>.md (seeds, loo or axes),
-logs/study/<family>-fits.json and docs/study-<family>.png (for the axes, one docs/study-axis-<axis>.png each).
+Each run is `python train.py <flags> --run_name <name> --log_dir logs/study` with the toy's defaults. A run whose
+log holds its final evaluation is not run again; kill the script at any time and start it again: an interrupted
+run resumes from its last checkpoint. A progress line a minute gives each running run's step and pass rate. The
+parts of one family (seeds, loo or axes) share logs/study/<family>.md and <family>-fits.json, and a figure,
+docs/study-<family>.png (the axes: docs/study-axis-<axis>.png each).
 """
 import argparse
+import collections
 import glob
 import json
 import math
 import os
-import queue
 import re
 import shutil
 import signal
@@ -42,28 +39,35 @@ ROOT = os.path.dirname(os.path.abspath(__file__))
 LOG_DIR = os.path.join(ROOT, "logs", "study")
 OUT_DIR = os.path.join(ROOT, "out")
 DOCS_DIR = os.path.join(ROOT, "docs")  # the figures
+_children: list = []  # the train.py processes running now
+
+
+def seeded(prefix: str, flags: list[str], seeds) -> dict:
+    """Runs <prefix>-s<seed>: the flags, then --seed."""
+    return {f"{prefix}-s{s}": [*flags, "--seed", str(s)] for s in seeds}
+
+
+# The toy preset follows the paper (no clipping; seeds-noclip), but the study's runs clip gradients at 1.0: every
+# run keeps the clip it was measured with, so a rerun repeats it; a run's own --grad_clip comes later and wins
+MEASURED_WITH = ["--grad_clip", "1.0"]
 # The default's seeds run the toy's own steps (config.TOY: 200, evaluated every 10): the run reaches its plateau by
 # step ~70 (C_mid ~ step 35), so the fit on the first half of the compute (the paper fits 8k of 16k and 50k of 100k
 # GPU-h) ends well past C_mid and predicts the last evaluation (README, The paper in miniature)
-# Seeds 0-3 ran on an AVX2 CPU's warm start, seed 4 on an AVX512 CPU's: the two builds differ (toy.build_toy_model)
-SEEDS = {f"default-s{s}": ["--seed", str(s)] for s in range(5)}
-# name -> flags, in parts small enough to run in an afternoon: each part takes under 2 h with --jobs 2 on the
-# 2-core machine (a run takes ~28 min on one core, 10 training and 18 evaluating; times per part in the README).
-# The parts of one family (the name before "-") share one table and figure: logs/study/loo.md holds every LOO row
-# run so far. LOO (paper §6, Fig. 7): one reverted choice each, at PipelineRL-8 with 8 steps of prompts in flight
-# so that lags reach k - 1 (the paper's staleness), plus no-NPR (not a LOO row in the paper)
+SEEDS = seeded("default", [], range(5))
+# name -> flags, by part: each under 2 h with --jobs 2 on the 2-core machine (times in the README). The parts of one
+# family (the name before "-") share one table and figure. LOO (paper §6, Fig. 7): one reverted choice each, at
+# PipelineRL-8 with 8 steps of prompts in flight so that lags reach k - 1 (the paper's staleness), plus no-NPR
 STALE = ["--pipeline_depth", "8"]
+BUDGET2X = ["--think_min_tokens", "2x", "--think_max_tokens", "2x"]
 PARTS = {
     "seeds": SEEDS,
     # the preset without gradient clipping (the paper's; MEASURED_WITH), from the reference warm start, as default-s0..3
-    "seeds-noclip": {f"noclip-s{s}": ["--grad_clip", "0", "--seed", str(s)] for s in range(4)},
+    "seeds-noclip": seeded("noclip", ["--grad_clip", "0"], range(4)),
     "loo": {  # the staleness rows: the off-policy schedule and the loss that must cope with stale tokens
-        "stale-s0": [*STALE, "--seed", "0"],  # the reference for the LOO rows: the default at this depth
-        "stale-s1": [*STALE, "--seed", "1"],
-        "stale-s2": [*STALE, "--seed", "2"],
+        **seeded("stale", STALE, range(3)),  # the reference for the LOO rows: the default at this depth
         "loo-8op": ["--mode", "ppo", "--k", "8"],  # PPO-off-policy-8 instead of PipelineRL-8
         "loo-dapo": [*STALE, "--loss", "dapo"],  # DAPO's clipped surrogate instead of CISPO
-        "loo-npr": [*STALE, "--no_npr"],  # no No-Positive-Resampling
+        "loo-npr": [*STALE, "--no_npr"],  # no No-Positive-Resampling (not a LOO row in the paper)
     },
     "loo-more": {  # the other rows: batch and loss shape, length control, clipping (judged against loo's stale-s*)
         "loo-savg": [*STALE, "--loss_agg", "sample"],  # sample-average loss aggregation
@@ -74,56 +78,27 @@ PARTS = {
     },
     # the FP32 head only matters beside a bf16 body, which the toy on a CPU does not have (config.TOY): this row
     # and its own reference run in bf16 (training ~4x slower on a CPU without native bf16)
-    "loo-bf16": {
-        "stale-bf16-s0": [*STALE, "--dtype", "bfloat16", "--seed", "0"],
-        "loo-fp32": [*STALE, "--dtype", "bfloat16", "--no_fp32_head"],  # LM head in bf16 on both sides
-    },
-    # paper §5, Table 1; axis name first in each run name. Thinking budget x2 for 600 steps: from the reference warm
-    # start it only creeps (0.660 -> 0.667 by step 200), so it runs three times the default's steps (README)
-    "axes-budget": {
-        f"budget2x-s{s}": ["--think_min_tokens", "2x", "--think_max_tokens", "2x", "--max_steps", "600",
-                           "--eval_every", "20", "--seed", str(s)] for s in range(2)
-    },
-    # the budget x2 on the larger toy-l, whose warm start solves long sums concisely (0.872) where the toy's does
-    # not (0.071): whether a larger model makes the longer budget's ceiling reachable (README)
-    "axes-budget-l": {
-        f"budget2x-l-s{s}": ["--model", "toy-l", "--think_min_tokens", "2x", "--think_max_tokens", "2x",
-                             "--seed", str(s)] for s in range(2)
-    },
-    "axes-batch": {
-        "batch64-s0": ["--batch", "64", "--seed", "0"],
-        "batch64-s1": ["--batch", "64", "--seed", "1"],
-        "batch256-s0": ["--batch", "256", "--seed", "0"],
-        "batch256-s1": ["--batch", "256", "--seed", "1"],
-        "batch256-s2": ["--batch", "256", "--seed", "2"],  # its A was +0.008 [-0.001, +0.016] on 2 seeds
-        "batch256-s3": ["--batch", "256", "--seed", "3"],  # as many seeds as the default's
-        "batch64-s2": ["--batch", "64", "--seed", "2"],
-    },
-    # batch x2 run twice as long: at 200 steps its A was +0.006 [-0.001, +0.013] on 3 seeds and seed 1 still rose
-    "axes-batch-long": {
-        "batch256long-s0": ["--batch", "256", "--max_steps", "400", "--seed", "0"],
-        "batch256long-s1": ["--batch", "256", "--max_steps", "400", "--seed", "1"],
-    },
-    "axes-gen": {  # generations per prompt at a fixed batch of completions
-        "gen4-s0": ["--group", "4", "--seed", "0"],
-        "gen4-s1": ["--group", "4", "--seed", "1"],
-        "gen16-s0": ["--group", "16", "--seed", "0"],
-        "gen16-s1": ["--group", "16", "--seed", "1"],
-    },
-    # model size: the toy against a smaller toy-s (the toy is the larger model of the pair) and a larger toy-l.
-    # Each run builds its model's warm start on first use (toy.py; two lanes at once both build it, and the
-    # first to finish is kept): toy-s in minutes, toy-l in hours, so toy-l has a part of its own
-    "axes-model": {
-        "model-s-s0": ["--model", "toy-s", "--seed", "0"],
-        "model-s-s1": ["--model", "toy-s", "--seed", "1"],
-    },
-    "axes-model-l": {
-        "model-l-s0": ["--model", "toy-l", "--seed", "0"],
-        "model-l-s1": ["--model", "toy-l", "--seed", "1"],
-    },
+    "loo-bf16": {**seeded("stale-bf16", [*STALE, "--dtype", "bfloat16"], [0]),
+                 "loo-fp32": [*STALE, "--dtype", "bfloat16", "--no_fp32_head"]},  # LM head in bf16 on both sides
+    # paper §5, Table 1; axis name first in each run name. Thinking budget x2 from the reference warm start only
+    # creeps, so it runs three times the default's steps (docs/measurements.md)
+    "axes-budget": seeded("budget2x", [*BUDGET2X, "--max_steps", "600", "--eval_every", "20"], range(2)),
+    # the budget x2 on the larger toy-l, whose warm start solves long sums concisely where the toy's does not:
+    # whether a larger model makes the longer budget's ceiling reachable (docs/measurements.md)
+    "axes-budget-l": seeded("budget2x-l", ["--model", "toy-l", *BUDGET2X], range(2)),
+    # batch x2 on four seeds: on two, its A's 95% interval straddled the references' (docs/measurements.md)
+    "axes-batch": {**seeded("batch64", ["--batch", "64"], range(2)), **seeded("batch256", ["--batch", "256"], range(4)),
+                   **seeded("batch64", ["--batch", "64"], [2])},
+    # batch x2 run twice as long: at 200 steps a seed was still rising (docs/measurements.md)
+    "axes-batch-long": seeded("batch256long", ["--batch", "256", "--max_steps", "400"], range(2)),
+    "axes-gen": {**seeded("gen4", ["--group", "4"], range(2)), **seeded("gen16", ["--group", "16"], range(2))},
+    # model size: the toy against a smaller toy-s and a larger toy-l. Each run builds its model's warm start on first
+    # use (toy.py; if two lanes both build it, the first to finish is kept); toy-l's takes hours: a part of its own
+    "axes-model": seeded("model-s", ["--model", "toy-s"], range(2)),
+    "axes-model-l": seeded("model-l", ["--model", "toy-l"], range(2)),
     # the pipeline at depth 1: one batch in flight, so every step trains on-policy on a whole batch, where depth 2
     # (the default) trains one step on the short problems that finish first and the next on the long ones (README)
-    "axes-depth": {f"depth1-s{s}": ["--pipeline_depth", "1", "--seed", str(s)] for s in range(2)},
+    "axes-depth": seeded("depth1", ["--pipeline_depth", "1"], range(2)),
 }
 
 
@@ -134,12 +109,6 @@ def family(part: str) -> str:
 
 def runs_of(table: str) -> list[str]:
     return [n for part, runs in PARTS.items() if family(part) == table for n in runs]
-
-
-# The study's runs were made when the toy preset clipped gradients at 1.0. The preset now follows the paper (no
-# clipping; seeds-noclip measured it), and every run keeps the clip it was measured with, so a rerun repeats it; a
-# run's own --grad_clip comes later and wins
-MEASURED_WITH = ["--grad_clip", "1.0"]
 
 
 def own_flags(name: str) -> list[str]:
@@ -182,9 +151,8 @@ def run(name: str, core: int | None = None) -> bool:
         shutil.rmtree(os.path.join(OUT_DIR, name), ignore_errors=True)
         if os.path.exists(path):
             os.remove(path)
-    env = dict(os.environ)
-    if core is not None:
-        env.update(OMP_NUM_THREADS="1", VLLM_CPU_OMP_THREADS_BIND=str(core))
+    pinned = {"OMP_NUM_THREADS": "1", "VLLM_CPU_OMP_THREADS_BIND": str(core)} if core is not None else {}
+    env = {**os.environ, **pinned}
     # one write per line: two lanes print at once
     sys.stdout.write(f"study: {' '.join(cmd[1:])}" + (f" (core {core})" if core is not None else "") + "\n")
     sys.stdout.flush()
@@ -197,9 +165,6 @@ def run(name: str, core: int | None = None) -> bool:
     if status != 0:
         print(f"study: {name} failed with exit status {status}; see {LOG_DIR}/{name}.out", file=sys.stderr)
     return status == 0
-
-
-_children: list = []  # the train.py processes running now
 
 
 def _stop(signum, frame):
@@ -221,16 +186,14 @@ def _stop(signum, frame):
 def run_all(names: list[str], jobs: int) -> bool:
     """Run these runs, `jobs` at a time; a lane takes the next run in order as soon as it is free (runs differ in
     length: a batch-256 run trains twice as long). True when all finished."""
-    todo = queue.SimpleQueue()
-    for name in names:
-        todo.put(name)
+    todo = collections.deque(names)  # its pops are thread-safe: each run goes to one lane
 
     def lane(core):  # lane j always uses core j (None: one lane, unpinned)
         results = []
         while True:
             try:
-                name = todo.get_nowait()
-            except queue.Empty:
+                name = todo.popleft()
+            except IndexError:
                 return all(results)
             results.append(run(name, core=core))
 
@@ -256,9 +219,8 @@ def progress(names: list[str], stop: threading.Event, every_s: float = 60.0):
 
 
 def staleness(name: str) -> dict:
-    """Over a run's training steps, weighted by each step's trained tokens: the mean lag in versions, the share
-    of tokens at the bound k - 1 (the paper's staleness, §3.1), and the share clipped (DAPO: clip active) or
-    truncated (CISPO: rho > eps_max)."""
+    """Over a run's training steps, weighted by each step's trained tokens: the mean lag in versions, the share at
+    the bound k - 1 (the paper's staleness, §3.1), and the share clipped (DAPO) or truncated (CISPO: rho > eps_max)."""
     import config
     k = config.parse_args(flags_of(name)).k
     steps = [r for r in records(name) if r["kind"] == "train"]
@@ -285,12 +247,11 @@ def setting(name: str) -> str:
 
 
 def effects(rows: dict, groups: dict, dtype: dict) -> list[str]:
-    """Each setting against its references, pooled over seeds: the difference of the means of A and of B (at the
-    common A) and the ratio of C_mid (compared in log), each with a 95% interval from Student's t on the seed spread
-    pooled over every group with two or more seeds (a setting with one seed is assumed to spread as the others do).
-    A run whose A is not identified (95% interval wider than 0.1, or C_mid beyond the fit's window: the run ends
-    before its rise, and its B and C_mid mean nothing either) is left out; a run whose A is beyond the margin from
-    the common A has no B to compare."""
+    """Each setting against its references, pooled over seeds: differences of the means of A and of B (at the common
+    A) and the ratio of C_mid, with 95% Student-t intervals from the seed spread pooled over every group of two or
+    more seeds (a one-seed setting is assumed to spread as the others do). A run whose A is not identified (95%
+    interval wider than 0.1, or C_mid beyond the fit's window: it ends before its rise, so its B and C_mid mean
+    nothing either) is left out; one with A beyond the margin from the common A has no B to compare."""
     import numpy as np
     from scipy import stats
     fitted = {n: r for n, r in rows.items() if r.get("A_ci") and r["A_ci"][1] - r["A_ci"][0] <= 0.1
@@ -304,9 +265,9 @@ def effects(rows: dict, groups: dict, dtype: dict) -> list[str]:
         settings.setdefault(setting(n), []).append(n)
     spread = {}  # quantity -> (pooled seed standard deviation, its degrees of freedom): the same for every setting
     for q, v in values.items():
-        seeded = [g for g in ([v[n] for n in runs if n in v] for runs in settings.values()) if len(g) > 1]
-        dof = sum(len(g) - 1 for g in seeded)
-        spread[q] = (math.sqrt(sum(float(np.var(g, ddof=1)) * (len(g) - 1) for g in seeded) / dof) if dof else 0.0, dof)
+        multi = [g for g in ([v[n] for n in runs if n in v] for runs in settings.values()) if len(g) > 1]
+        dof = sum(len(g) - 1 for g in multi)
+        spread[q] = (math.sqrt(sum(float(np.var(g, ddof=1)) * (len(g) - 1) for g in multi) / dof) if dof else 0.0, dof)
     lines = ["| setting | runs | A | ΔA vs reference [95% CI] | ΔB [95% CI] | C_mid ratio [95% CI] | separated from "
              "seed spread |", "|---|---|---|---|---|---|---|"]
     for name, runs in settings.items():
@@ -337,14 +298,77 @@ def effects(rows: dict, groups: dict, dtype: dict) -> list[str]:
     return lines
 
 
+def against(name: str, value, values: list, sign: int) -> str:
+    """A row's B or C_mid against the references' range; sign +1: higher is better (B), -1: lower is (C_mid)."""
+    values = [v for v in values if v is not None]  # no B at the common A for a run with another ceiling
+    if value is None:
+        return f"{name} not compared (A beyond the margin from the common A)"
+    if not values or min(values) <= value <= max(values):
+        return f"{name} within the seeds' range"
+    return f"{name} " + ("better" if sign * (value - sum(values) / len(values)) > 0 else "worse")
+
+
+def verdict(r: dict, seeds: list[dict], margin: float) -> str:
+    """A finished row against the references of its dtype, as the paper compares recipes (§4): A, then B and C_mid."""
+    if not seeds:
+        return "no reference yet"
+    if r["C_mid"] > r["window"][1]:  # still rising where its evaluations end: A may sit at the fit's bound
+        return "A not identified (C_mid beyond the last evaluation fitted)"
+    A_ref = sum(s["A"] for s in seeds) / len(seeds)
+    lo, hi = r.get("A_ci") or (r["A"], r["A"])
+    # A beyond the margin counts only when its 95% interval is too (a run that ends before its rise is not)
+    if abs(r["A"] - A_ref) > margin and lo - margin <= A_ref <= hi + margin:
+        return f"A not separated from the seeds' (95% CI {lo:.3f}-{hi:.3f})"
+    if abs(r["A"] - A_ref) > margin:
+        return "higher A" if r["A"] > A_ref else "lower A"
+    return "same A; " + against("B", r["B_at_A_common"], [s["B_at_A_common"] for s in seeds], +1) + "; " + \
+        against("C_mid", r["C_mid"], [s["C_mid"] for s in seeds], -1)
+
+
+def run_rows(names: list[str], rows: dict, halves: dict, verdicts: dict, unit: str, stale_cols: bool) -> list[str]:
+    """The markdown table of the fitted runs, in the order of names; with stale_cols, their staleness too."""
+    head, rule = (" mean lag | tokens at lag k − 1 | clipped tokens |", "---|---|---|") if stale_cols else ("", "")
+    lines = [f"| run | flags | A [95% CI] | B [95% CI] | C_mid {unit} [95% CI] | R² | verdict | last eval ± s.e. | "
+             f"predicted from first half | error |{head}", "|---|---|---|---|---|---|---|---|---|---|" + rule]
+    for name in [n for n in names if n in rows]:
+        r = rows[name]
+        last = (halves.get(name, {}).get("extrapolation") or [{}])[-1]
+        evals = [e for e in records(name) if e["kind"] == "eval"]
+        se = evals[-1].get("pass_rate_se", float("nan")) if evals else float("nan")
+        ci = {k: r.get(f"{k}_ci") or [float("nan")] * 2 for k in ("A", "B", "C_mid")}
+        st = staleness(name) if stale_cols else {}
+        lines.append(
+            f"| {name} | `{' '.join(own_flags(name))}` | {r['A']:.3f} [{ci['A'][0]:.3f}, {ci['A'][1]:.3f}] | "
+            f"{r['B']:.2f} [{ci['B'][0]:.2f}, {ci['B'][1]:.2f}] | {r['C_mid']:.3g} [{ci['C_mid'][0]:.3g}, "
+            f"{ci['C_mid'][1]:.3g}] | {r['r2']:.3f} | {verdicts[name]} | "
+            f"{last.get('actual', float('nan')):.3f} ± {se:.3f} | {last.get('predicted', float('nan')):.3f} | "
+            f"{last.get('error', float('nan')):+.3f} |"
+            + (f" {st['lag']:.2f} | {st['at_bound']:.1%} (k = {st['k']}) | {st['clipped']:.3%} |" if st else ""))
+    return lines
+
+
+def plot(table: str, table_runs: list[str], names: list[str], logs: list[str], ref: list[str], suffix: str, x: str):
+    """One figure for the seeds and for the LOO rows; for the axes one per axis (the reference seeds and that
+    axis's runs): all ~25 axes runs in one figure tangle, and their legend hides the curves."""
+    plots = {}
+    if table != "axes":
+        plots[f"study-{table}{suffix}.png"] = logs
+    else:
+        for axis in dict.fromkeys(n.split("-")[0] for n in table_runs):
+            runs = [n for n in names if n.startswith(axis + "-")]
+            if runs:  # an axis with no run yet gets no figure
+                plots[f"study-axis-{axis}{suffix}.png"] = [log for n, log in zip(names, logs) if n in ref or n in runs]
+    for png, files in plots.items():
+        subprocess.run([sys.executable, "fit_curve.py", *files, "--fit-fraction", "0.5", "--bootstrap", "0", "--x", x,
+                        "--plot", os.path.join(DOCS_DIR, png)], cwd=ROOT, capture_output=True)
+
+
 def fit(table: str, margin: float = 0.02, x: str = "gpu_hours"):
-    """Fits of a table's runs (seeds, loo or axes: every part of that family) and their references: A, B, C_mid
-    with bootstrap intervals (fit_curve.py), the fit on the first half of each run's compute checked against its
-    last evaluation, and a verdict against the references as the paper compares recipes (§4): A beyond the margin
-    first (its 95% interval too), else B and C_mid against the references' range. The axes are judged against the
-    default's seeds, the LOO rows against the default at their own staleness (stale-s*), each row against the
-    references of its own dtype. On another compute axis than device-hours (x: samples), the files are suffixed
-    with it: device-hours carry the speed of the machine a run ran on, samples are the same on every machine."""
+    """Fits of a table's runs (every part of that family) and their references (fit_curve.py): A, B, C_mid with
+    bootstrap intervals, the fit on the first half of each run's compute against its last evaluation, and a verdict:
+    axes against the default's seeds, LOO rows against the default at their staleness (stale-s*), each row against
+    references of its own dtype. Another compute axis than device-hours (x: samples) suffixes the files with it:
+    device-hours carry the speed of the machine a run ran on, samples are the same on every machine."""
     import config
     suffix, unit = ("", "device-h") if x == "gpu_hours" else (f"-{x}", x)
     table_runs = runs_of(table)
@@ -362,67 +386,19 @@ def fit(table: str, margin: float = 0.02, x: str = "gpu_hours"):
         json.dump(list(rows.values()), f, indent=1)
     groups = {}  # dtype -> the reference runs with a fit: a row is judged against those of its own dtype
     done = {n: r for n, r in rows.items() if finished(n)}  # a run still training is shown, but judges nothing
-    for n in ref:
-        if n in done:
-            groups.setdefault(dtype[n], []).append(rows[n])
-
-    def against(name, value, values, sign):  # sign +1: higher is better (B); -1: lower is better (C_mid)
-        values = [v for v in values if v is not None]  # no B at the common A for a run with another ceiling
-        if value is None:
-            return f"{name} not compared (A beyond the margin from the common A)"
-        if not values or min(values) <= value <= max(values):
-            return f"{name} within the seeds' range"
-        return f"{name} " + ("better" if sign * (value - sum(values) / len(values)) > 0 else "worse")
-
-    def verdict(r):
-        if r["run"] not in done:
-            return "unfinished"
-        if r["run"] in ref:
-            return "reference"
-        seeds = groups.get(dtype[r["run"]], [])
-        if not seeds:
-            return "no reference yet"
-        if r["C_mid"] > r["window"][1]:  # still rising where its evaluations end: A may sit at the fit's bound
-            return "A not identified (C_mid beyond the last evaluation fitted)"
-        A_ref = sum(s["A"] for s in seeds) / len(seeds)
-        lo, hi = r.get("A_ci") or (r["A"], r["A"])
-        # A beyond the margin counts only when its 95% interval is too (a run that ends before its rise is not)
-        if abs(r["A"] - A_ref) > margin and lo - margin <= A_ref <= hi + margin:
-            return f"A not separated from the seeds' (95% CI {lo:.3f}-{hi:.3f})"
-        if abs(r["A"] - A_ref) > margin:
-            return "higher A" if r["A"] > A_ref else "lower A"
-        return "same A; " + against("B", r["B_at_A_common"], [s["B_at_A_common"] for s in seeds], +1) + "; " + \
-            against("C_mid", r["C_mid"], [s["C_mid"] for s in seeds], -1)
-
+    for n in [n for n in ref if n in done]:
+        groups.setdefault(dtype[n], []).append(rows[n])
+    verdicts = {n: "unfinished" if n not in done else "reference" if n in ref
+                else verdict(rows[n], groups.get(dtype[n], []), margin) for n in names if n in rows}
     stale_cols = table == "loo"  # the LOO rows' staleness: lags, and the tokens the loss clips
-    lines = [f"| run | flags | A [95% CI] | B [95% CI] | C_mid {unit} [95% CI] | R² | verdict | last eval ± s.e. | "
-             "predicted from first half | error |" + (" mean lag | tokens at lag k − 1 | clipped tokens |"
-                                                    if stale_cols else ""),
-             "|---|---|---|---|---|---|---|---|---|---|" + ("---|---|---|" if stale_cols else "")]
-    for name in names:
-        r = rows.get(name)
-        if r is None:
-            continue
-        last = (halves.get(name, {}).get("extrapolation") or [{}])[-1]
-        evals = [e for e in records(name) if e["kind"] == "eval"]
-        se = evals[-1].get("pass_rate_se", float("nan")) if evals else float("nan")
-        ci = {k: r.get(f"{k}_ci") or [float("nan")] * 2 for k in ("A", "B", "C_mid")}
-        st = staleness(name) if stale_cols else {}
-        lines.append(
-            f"| {name} | `{' '.join(own_flags(name))}` | {r['A']:.3f} [{ci['A'][0]:.3f}, {ci['A'][1]:.3f}] | "
-            f"{r['B']:.2f} [{ci['B'][0]:.2f}, {ci['B'][1]:.2f}] | {r['C_mid']:.3g} [{ci['C_mid'][0]:.3g}, "
-            f"{ci['C_mid'][1]:.3g}] | {r['r2']:.3f} | {verdict(r)} | "
-            f"{last.get('actual', float('nan')):.3f} ± {se:.3f} | {last.get('predicted', float('nan')):.3f} | "
-            f"{last.get('error', float('nan')):+.3f} |"
-            + (f" {st['lag']:.2f} | {st['at_bound']:.1%} (k = {st['k']}) | {st['clipped']:.3%} |" if st else ""))
+    lines = run_rows(names, rows, halves, verdicts, unit, stale_cols)
     refs = "; ".join(f"{', '.join(r['run'] for r in g)} ({d}, A mean {sum(r['A'] for r in g) / len(g):.3f})"
                      for d, g in groups.items())
+    staleness_note = (" Staleness over all training steps, weighted by trained tokens: lags in versions; clipped is "
+                      "DAPO's share with its clip active, CISPO's share truncated at eps_max, GRPO/GSPO's clip.")
     lines.append(f"\nReference: {refs}; margin {margin}. Verdicts: A beyond the margin first (its 95% interval "
-                 "too), then B at the common A "
-                 "(higher is better) and C_mid (lower is better) against the range of the reference runs of the "
-                 "row's dtype." + (" Staleness over all training steps, weighted by trained tokens: lags in "
-                                   "versions; clipped is DAPO's share with its clip active, CISPO's share truncated "
-                                   "at eps_max, GRPO/GSPO's clip." if stale_cols else ""))
+                 "too), then B at the common A (higher is better) and C_mid (lower is better) against the range of "
+                 "the reference runs of the row's dtype." + (staleness_note if stale_cols else ""))
     pooled = effects(done, groups, dtype)
     if len(pooled) > 2:  # a row besides the header: not the seeds' table, whose runs are all references
         lines += ["", "Each setting pooled over its seeds against its references (differences of means, 95% "
@@ -431,19 +407,7 @@ def fit(table: str, margin: float = 0.02, x: str = "gpu_hours"):
     with open(os.path.join(LOG_DIR, f"{table}{suffix}.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
-    # one figure for the seeds and for the LOO rows; for the axes one per axis (the reference seeds and that axis's
-    # runs): all ~25 axes runs in one figure tangle, and their legend hides the curves
-    plots = {}
-    if table != "axes":
-        plots[f"study-{table}{suffix}.png"] = logs
-    else:
-        for axis in dict.fromkeys(n.split("-")[0] for n in table_runs):
-            runs = [n for n in names if n.startswith(axis + "-")]
-            if runs:  # an axis with no run yet gets no figure
-                plots[f"study-axis-{axis}{suffix}.png"] = [log for n, log in zip(names, logs) if n in ref or n in runs]
-    for png, files in plots.items():
-        subprocess.run([sys.executable, "fit_curve.py", *files, "--fit-fraction", "0.5", "--bootstrap", "0", "--x", x,
-                        "--plot", os.path.join(DOCS_DIR, png)], cwd=ROOT, capture_output=True)
+    plot(table, table_runs, names, logs, ref, suffix, x)
 
 
 def main(argv=None):
@@ -464,14 +428,11 @@ def main(argv=None):
     args = ap.parse_args(argv)
     names = [n for n in args.runs.split(",") if n] or list(PARTS.get(args.part) or runs_of(args.part))
     if args.runs and not any(args.runs.split(",")):
-        print(f"error: --runs {args.runs!r} names no run", file=sys.stderr)
-        sys.exit(2)
+        ap.exit(2, f"error: --runs {args.runs!r} names no run\n")
     known = [n for part in PARTS.values() for n in part]
     unknown = [n for n in names if n not in known]
     if unknown:
-        print(f"error: unknown runs {unknown}; choose from {', '.join(known)}",
-              file=sys.stderr)
-        sys.exit(2)
+        ap.exit(2, f"error: unknown runs {unknown}; choose from {', '.join(known)}\n")
     ok = True
     if not args.fit_only:
         os.makedirs(LOG_DIR, exist_ok=True)

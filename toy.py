@@ -24,7 +24,7 @@ import subprocess
 import sys
 import time
 
-from data import EOS, INTERRUPT_PHRASE, MATH_INSTRUCTION, THINK_END, THINK_START, format_prompt, final_answer
+from rewards import EOS, INTERRUPT_PHRASE, MATH_INSTRUCTION, THINK_END, THINK_START, final_answer, format_prompt
 
 # --- the task ---------------------------------------------------------------------------------------------------
 # What sets the ceiling A. A step of the concise scratchpad is 7-8 tokens ("12+9=21 ", digits one token each).
@@ -33,16 +33,14 @@ from data import EOS, INTERRUPT_PHRASE, MATH_INSTRUCTION, THINK_END, THINK_START
 # up" phrase and 7 answer tokens, room for \boxed{NN} and EOS only) fits every concise short solution and no
 # long one, so the run saturates near 1 - (share of long problems) plus what the policy learns to guess after an
 # interruption; a budget twice as long fits the concise long solutions, which lifts the ceiling (paper §5: a
-# longer generation budget, higher A) once the policy solves long sums concisely: from 0.65 to 0.96 within 100
-# steps from a warm start that already can, not within 200 from one built elsewhere that could not (README).
-# Both splits are exactly 1/3 long. Completions vary several-fold in length: the stragglers that PipelineRL is
-# for (paper §3.1).
+# longer generation budget, higher A) once the policy solves long sums concisely (docs/study.md). Both splits
+# are exactly 1/3 long. Completions vary several-fold in length: the stragglers that PipelineRL is for (§3.1).
 TOY_SHORT_TERMS, TOY_LONG_TERMS = (4, 5), (8, 9)
 TOY_LONG_FRACTION = 1 / 3
 TOY_MAX_OPERAND = 9
 # prompts; validation is held out and never trained on. A default run (200 steps x 16 prompts) sees 3,200 of
 # 20,000, so no prompt comes back and No-Positive-Resampling (which retires a prompt solved by all its samples)
-# never starves the batch; an earlier toy collapsed past ~3 epochs (docs/measurements.md)
+# never starves the batch (a toy trained for several epochs collapsed: docs/measurements.md)
 TOY_NUM_TRAIN, TOY_NUM_VAL = 20000, 1000
 TOY_SFT_STEPS, TOY_SFT_BATCH, TOY_SFT_LR = 900, 64, 2e-3  # supervised warm start
 # What makes the rise. The warm start imitates a careful teacher: 80% of its traces check every step by the
@@ -52,9 +50,8 @@ TOY_SFT_STEPS, TOY_SFT_BATCH, TOY_SFT_LR = 900, 64, 2e-3  # supervised warm star
 # RL under forced interruptions has to learn to think concisely (paper §3.2(f)): the style that fits is there
 # but rare, and the run rises as it takes over (steps ~20-70), then stays flat. The warm start is trained until
 # it has finished learning the arithmetic and the copying (900 steps: 0.98 correct in either style without a
-# budget, `python toy.py --accuracy`), so the style is the only thing RL learns. With half as many steps it
-# copied the next term from the prompt wrongly where a digit repeats, RL spent thousands of steps on that, and
-# the pace of that second rise depended on the machine (docs/measurements.md). TOY_SFT_SLIP_RATE (each running
+# budget, `python toy.py --accuracy`), so the style is the only thing RL learns: a shorter warm start leaves
+# copying errors that RL then spends thousands of steps on (docs/measurements.md). TOY_SFT_SLIP_RATE (each running
 # sum off by 1-3) is a knob for sloppier teachers; the default teacher does not slip.
 TOY_SFT_CHECK_RATE = 0.8
 TOY_SFT_SLIP_RATE = 0.0
@@ -97,20 +94,9 @@ def toy_rows(split: str) -> list[dict]:
     return rows
 
 
-
-def toy_reward(completion: str, answer: str) -> float:
-    """Exact match of the final boxed answer (the toy's answers are integers)."""
-    return 1.0 if final_answer(completion) == answer else -1.0
-
-
-def grade_toy(completions: list[str], answers: list[str]) -> list[float]:
-    return [toy_reward(c, a) for c, a in zip(completions, answers)]
-
-
 # --- the toy tokenizer and model -----------------------------------------------------------------------------
 CHAT_TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}{% endfor %}"
                  "{% if add_generation_prompt %}<|assistant|><think>{% endif %}")
-TOY_TIED = False
 # The toy models by name (`--model toy-s|toy|toy-l`): the model-size axis of the paper (§5) in miniature.
 # Same tokenizer, task and warm start (each its own 900 steps); head size 32 throughout (vLLM's CPU attention
 # takes 32 and up). toy-s is half the toy's width (0.29M parameters against 1.08M; its warm start builds in
@@ -124,7 +110,7 @@ MODELS = {
     "toy-l": dict(vocab_size=384, hidden_size=256, intermediate_size=1024, num_hidden_layers=6,
                   num_attention_heads=8, num_key_value_heads=4, max_position_embeddings=512),
 }
-VOCAB_SIZE = 384
+VOCAB_SIZE = 384  # every entry of MODELS has it: the tokenizer is shared
 
 
 def build_toy_tokenizer():
@@ -133,7 +119,8 @@ def build_toy_tokenizer():
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
     rng = random.Random(0)
-    corpus = [f"<|user|>{p['prompt']}<|assistant|><think>{p['solution']}" for p in (toy_problem(rng, check_rate=0.5) for _ in range(2000))]
+    problems = [toy_problem(rng, check_rate=0.5) for _ in range(2000)]
+    corpus = [f"<|user|>{p['prompt']}<|assistant|><think>{p['solution']}" for p in problems]
     corpus += [INTERRUPT_PHRASE, MATH_INSTRUCTION] * 100
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
@@ -152,8 +139,9 @@ def build_toy_tokenizer():
 
 
 def _toy_spec_hash(name: str) -> str:
-    spec = dict(MODELS[name], tied=TOY_TIED, terms=(TOY_SHORT_TERMS, TOY_LONG_TERMS, TOY_LONG_FRACTION, TOY_MAX_OPERAND), sft=(TOY_SFT_STEPS, TOY_SFT_BATCH,
-                TOY_SFT_LR, TOY_SFT_SLIP_RATE, TOY_SFT_CHECK_RATE), template=CHAT_TEMPLATE, phrase=INTERRUPT_PHRASE, version=1)
+    spec = dict(MODELS[name], tied=False, terms=(TOY_SHORT_TERMS, TOY_LONG_TERMS, TOY_LONG_FRACTION, TOY_MAX_OPERAND),
+                sft=(TOY_SFT_STEPS, TOY_SFT_BATCH, TOY_SFT_LR, TOY_SFT_SLIP_RATE, TOY_SFT_CHECK_RATE),
+                template=CHAT_TEMPLATE, phrase=INTERRUPT_PHRASE, version=1)
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:10]
 
 
@@ -163,8 +151,7 @@ def toy_model_path(out_dir: str, name: str = "toy") -> str:
 
 # One warm start for every x86 machine. Left to choose, PyTorch, MKL and oneDNN run AVX512 kernels where the CPU
 # has them, which round differently from AVX2 ones; over 900 warm-start steps that grows into another warm start,
-# and RL from the two differs (README, The paper in miniature: under a thinking budget x2 one rises 0.73 -> 0.95
-# in 100 steps, the other 0.66 -> 0.68 in 600). So the warm start is built in a child process whose kernels are
+# and RL from the two differs (docs/study.md). So the warm start is built in a child process whose kernels are
 # held to AVX2, which every x86-64 CPU of the last decade has; the thread count changes nothing (measured: 1 and
 # 2 threads, the same weights). MKL_CBWR asks MKL for the same results on Intel and AMD CPUs. Only the warm start
 # is held: training and generation use the machine's fastest kernels.
@@ -213,7 +200,7 @@ def build_here(out_dir: str, name: str = "toy", log=print) -> str:
     tokenizer = build_toy_tokenizer()
     eos = tokenizer.convert_tokens_to_ids(EOS)
     torch.manual_seed(0)
-    model = Qwen2ForCausalLM(Qwen2Config(**MODELS[name], tie_word_embeddings=TOY_TIED, bos_token_id=eos, eos_token_id=eos,
+    model = Qwen2ForCausalLM(Qwen2Config(**MODELS[name], tie_word_embeddings=False, bos_token_id=eos, eos_token_id=eos,
                                          pad_token_id=eos, rope_theta=10000.0))
     # supervised warm start on fresh draws of the task distribution (never the validation prompts' seed)
     rng = random.Random(3)

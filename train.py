@@ -12,14 +12,12 @@ term and no reference model (paper §2), no value model, no top-p/top-k sampling
 Set-up and bookkeeping come first; the loop is at the bottom.
 """
 import datetime
+import functools
 import json
-import math
 import os
-import resource
 import signal
 import sys
 import time
-from contextlib import contextmanager
 
 
 class Interrupt:
@@ -49,6 +47,7 @@ interrupt = Interrupt()  # before the slow imports below (vLLM): a Ctrl-C in sta
 import config  # noqa: E402
 import data  # noqa: E402
 import devices  # noqa: E402
+import rewards  # noqa: E402
 from generate import Generator  # noqa: E402  sets vLLM's in-process env vars before vllm loads
 from rollouts import SCHEDULES, PromptSampler, Rollouts, evaluate, seqs_in_flight  # noqa: E402
 
@@ -69,6 +68,8 @@ from transformers import AutoConfig, AutoTokenizer  # noqa: E402
 
 import checkpoint  # noqa: E402
 import policy  # noqa: E402
+from metrics import Clock, Log, Timer, peak_rss_gib, release_free_memory, resident_gib, token_lags  # noqa: E402
+from policy import all_reduce  # noqa: E402
 
 # -----------------------------------------------------------------------------------------------------------
 # compute init: torchrun sets RANK/WORLD_SIZE; plain python is a world of one. FSDP2 runs in both, so the
@@ -163,7 +164,10 @@ try:
     train_rows, eval_rows, grade = data.load_task(cfg, tokenizer, task_rows)
 except data.DataError as e:
     fail(str(e))
-phrase_tokens = len(tokenizer(data.INTERRUPT_PHRASE, add_special_tokens=False)["input_ids"])
+# the answer a completion gives in the reward's form, or None: evaluations count format failures apart
+extract_answer = functools.partial(rewards.REWARDS[cfg.reward].extract,
+                                   thinking=rewards.prompt_opens_thinking(tokenizer))
+phrase_tokens = len(tokenizer(rewards.INTERRUPT_PHRASE, add_special_tokens=False)["input_ids"])
 if cfg.vllm_max_len(phrase_tokens) > context:
     fail(f"prompt {cfg.prompt_max_tokens} + thinking {cfg.think_max_tokens} + phrase {phrase_tokens} + answer "
          f"{cfg.answer_max_tokens} tokens exceed the model's context of {context}")
@@ -222,78 +226,8 @@ if any(engine_errors):
 
 
 # -----------------------------------------------------------------------------------------------------------
-# bookkeeping: the log, reductions over ranks, the device-hour clock, phase timers, failures
-class Log:
-    """One JSON line per record, appended and flushed: a crash loses at most the line being written. NaN and
-    infinity are written as null (they are not JSON). Optionally mirrored to Weights & Biases."""
-
-    def __init__(self):
-        self.file = self.wandb = None
-        if master:
-            os.makedirs(cfg.log_dir, exist_ok=True)
-            self.file = open(log_path, "a")
-            if cfg.wandb:
-                import wandb
-                self.wandb = wandb.init(project="scalerl", name=run_name, id=run_name, resume="allow",
-                                        config=config.to_dict(cfg))
-
-    def __call__(self, record: dict):
-        if not master:
-            return
-        clean = {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in record.items()}
-        self.file.write(json.dumps(clean) + "\n")
-        self.file.flush()
-        if self.wandb is not None and "step" in record:
-            self.wandb.log({f"{record['kind']}/{k}": v for k, v in clean.items()
-                            if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "step"}, step=record["step"])
-
-
-def all_reduce(values: dict, op=dist.ReduceOp.SUM) -> dict:
-    """{name: number} summed (or maxed) over ranks, in one collective."""
-    t = torch.tensor(list(values.values()), dtype=torch.float64, device=device)
-    dist.all_reduce(t, op=op)
-    return dict(zip(values, t.tolist()))
-
-
-class Clock:
-    """Device-hours of training (`gpu_hours`, the x axis of the paper's curves): wall-clock of the loop times
-    the number of devices, banked by tick() at the end of each step. Time inside paused() (evaluation, rollout
-    dumps, checkpoints) is not training; credit() adds back a share of it that was (training completions
-    decoding during an evaluation)."""
-
-    def __init__(self, hours: float):
-        self.hours, self.since = hours, time.time()
-
-    def tick(self) -> float:
-        now = time.time()
-        self.hours += (now - self.since) * world / 3600
-        self.since = now
-        return self.hours
-
-    @contextmanager
-    def paused(self):
-        t0 = time.time()
-        yield
-        self.since += time.time() - t0
-
-    def credit(self, seconds: float):
-        self.hours += seconds * world / 3600
-
-
-class Timer(dict):
-    """Seconds per phase of one step: `with timer("train"): ...` adds to timer["train"]."""
-
-    def __init__(self):
-        super().__init__()
-        self.start = time.time()
-
-    @contextmanager
-    def __call__(self, phase: str):
-        t0 = time.time()
-        yield
-        self[phase] = self.get(phase, 0.0) + time.time() - t0
-
-
+# bookkeeping (metrics.py has the log, the device-hour clock and the phase timers): failures, evaluation, the
+# step's record, rollout dumps, checkpoints
 def guarded(work, what: str, step: int):
     """Run a phase that drives vLLM (or the grader); if it fails (out of memory, a kernel error, a dead grading
     worker) stop with one line and exit status 4, the log and the checkpoints intact."""
@@ -330,7 +264,7 @@ def run_evaluation(step: int):
     t0, decoded0 = time.time(), list(gen.tokens_decoded)
     with clock.paused():
         ev = guarded(lambda: evaluate(gen, eval_rows, cfg, grade, first_index=layout.engine, stride=layout.engines,
-                                      share=(layout.tp_rank, layout.tp)), "evaluation", step)
+                                      share=(layout.tp_rank, layout.tp), extract=extract_answer), "evaluation", step)
     eval_tokens, train_tokens = (now - before for now, before in zip(gen.tokens_decoded, decoded0))
     clock.credit((time.time() - t0) * train_tokens / max(eval_tokens + train_tokens, 1))
     ev = all_reduce(ev)
@@ -338,52 +272,24 @@ def run_evaluation(step: int):
     log({"kind": "eval", "step": step, "gpu_hours": clock.hours, "samples": state["samples"], "tokens": state["tokens"],
          "pass_rate": ev["correct"] / n, "pass_rate_se": ev["variance_sum"] ** 0.5 / ev["prompts"],
          "eval_truncation_rate": ev["truncated"] / n, "eval_ungraded": int(ev["ungraded"]),
+         "eval_answered_rate": ev["answered"] / n,  # completions giving an answer in the reward's form, right or not
          "eval_completion_tokens": ev["completion_tokens"] / n, "eval_samples": int(n), "t_eval": time.time() - t0})
     print0(f"eval step {step}: pass rate {ev['correct'] / n:.3f} on {int(n)} samples ({time.time() - t0:.1f}s)")
 
 
-def resident_gib() -> float:
-    """This process's resident memory now (GiB; the most of any rank is logged): what a soak run watches."""
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**30
-    except OSError:  # not Linux: the peak is the best there is
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024) / 2**30
-
-
-def release_free_memory(step: int, every: int = 10):
-    """Give freed heap pages back to the OS (glibc's malloc_trim; a no-op elsewhere), every `every` steps (a trim
-    costs ~12 ms on the toy's heap). Without it the resident memory of a toy run climbs ~0.05 GiB per 100 steps
-    long after warm-up while the heap's in-use bytes stay flat (mallinfo2): freed chunks scattered through the
-    heap stay resident. Fragmentation, not a leak."""
-    if step % every:
-        return
-    try:
-        import ctypes
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
-
-
-def step_record(groups, kept, zero_var, trained_version, sums, totals, grad_norm, finite, updated, lr, padding, timer
-                ) -> dict:
+def step_record(groups: list, stats: policy.StepStats, trained_version: int, timer: Timer) -> dict:
     """The "train" record of a step: every metric summed (or maxed) over ranks first."""
     samples = [s for g in groups for s in g.samples]
     lags = [trained_version - g.first_version() for g in groups]  # policy versions between sampling and training
-    token_lags = [0] * cfg.k  # trained (sampled, kept) tokens by their own lag: 0 .. k-1
-    for s in (s for g in kept for s in g.samples):
-        for v, m in zip(s.versions, s.mask):
-            if m and v >= 0:
-                token_lags[min(trained_version - v, cfg.k - 1)] += 1
+    sums = stats.sums
     n = all_reduce({"samples": len(samples), "reward": sum(s.reward for s in samples),
                     "correct": sum(s.correct for s in samples), "truncated": sum(s.truncated for s in samples),
                     "interrupted": sum(s.interrupted for s in samples),
                     "completion_tokens": sum(len(s.token_ids) for s in samples), "lag": sum(lags),
-                    "groups": len(groups), "zero_var": int(zero_var.sum()), "ungraded": rollouts.ungraded,
-                    **{f"lag_tokens_{i}": c for i, c in enumerate(token_lags)},
+                    "groups": len(groups), "zero_var": int(stats.zero_var.sum()), "ungraded": rollouts.ungraded,
+                    **{f"lag_tokens_{i}": c for i, c in enumerate(token_lags(stats.kept, trained_version, cfg.k))},
                     **{k: v for k, v in sums.items() if k not in ("loss", "is_ratio_max")}})
-    peak_gib = (torch.cuda.max_memory_allocated() if device.type == "cuda" else
-                resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024) / 2**30
+    peak_gib = torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else peak_rss_gib()
     most = all_reduce({"is_ratio_max": sums["is_ratio_max"], "lag_max": max(lags), "peak_mem_gib": peak_gib,
                        "rss_gib": resident_gib()}, op=dist.ReduceOp.MAX)
     trained = [None] * world  # the prompts trained on this step, every rank's, in draw order
@@ -393,20 +299,20 @@ def step_record(groups, kept, zero_var, trained_version, sums, totals, grad_norm
     return {
         "kind": "train", "step": state["step"], "gpu_hours": state["gpu_hours"], "samples": state["samples"],
         "tokens": state["tokens"], "reward_mean": n["reward"] / n["samples"],
-        "pass_rate_train": n["correct"] / n["samples"], "loss": totals["loss"], "lr": lr, "grad_norm": grad_norm,
-        "skipped": not finite, "updated": updated, "truncation_rate": n["truncated"] / n["samples"],
-        "interruption_rate": n["interrupted"] / n["samples"], "completion_tokens_mean": n["completion_tokens"] / n["samples"],
-        "zero_var_frac": n["zero_var"] / n["groups"], "is_ratio_mean": n["is_ratio_sum"] / tokens,
-        "is_ratio_max": most["is_ratio_max"], "clip_frac": n["clipped_tokens"] / tokens,
-        "mismatch": n["mismatch_sum"] / tokens, "entropy": n["entropy_sum"] / tokens, "lag_mean": n["lag"] / n["groups"],
-        "lag_max": most["lag_max"], "lag_hist": [c / max(sum(lag_counts), 1) for c in lag_counts],
+        "pass_rate_train": n["correct"] / n["samples"], "loss": stats.totals["loss"], "lr": stats.lr,
+        "grad_norm": stats.grad_norm, "skipped": not stats.finite, "updated": stats.updated,
+        "truncation_rate": n["truncated"] / n["samples"], "interruption_rate": n["interrupted"] / n["samples"],
+        "completion_tokens_mean": n["completion_tokens"] / n["samples"], "zero_var_frac": n["zero_var"] / n["groups"],
+        "is_ratio_mean": n["is_ratio_sum"] / tokens, "is_ratio_max": most["is_ratio_max"],
+        "clip_frac": n["clipped_tokens"] / tokens, "mismatch": n["mismatch_sum"] / tokens,
+        "entropy": n["entropy_sum"] / tokens, "lag_mean": n["lag"] / n["groups"], "lag_max": most["lag_max"],
+        "lag_hist": [c / max(sum(lag_counts), 1) for c in lag_counts],
         "retired_prompts": len(sampler.retired),  # the sampler is the same on every rank
-        "padding_frac": padding[0], "padding_frac_unpacked": padding[1],
+        "padding_frac": stats.padding, "padding_frac_unpacked": stats.padding_unpacked,
         "t_generate": timer["generate"] - rollouts.t_grade, "t_grade": rollouts.t_grade,
-        "ungraded": int(n["ungraded"]), "t_train": timer["train"],
-        "t_optim": timer["optim"], "t_sync": timer["sync"], "peak_mem_gib": most["peak_mem_gib"],
-        "rss_gib": most["rss_gib"],
-        "t_step": time.time() - timer.start, "prompts": [p for _, p in sorted(sp for ranked in trained for sp in ranked)],
+        "ungraded": int(n["ungraded"]), "t_train": stats.t_train, "t_optim": stats.t_optim, "t_sync": timer["sync"],
+        "peak_mem_gib": most["peak_mem_gib"], "rss_gib": most["rss_gib"], "t_step": time.time() - timer.start,
+        "prompts": [p for _, p in sorted(sp for ranked in trained for sp in ranked)],
     }
 
 
@@ -439,7 +345,7 @@ def save_checkpoint():
     print0(f"checkpoint step {state['step']} ({time.time() - t0:.1f}s)")
 
 
-log = Log()
+log = Log(log_path, master, {"name": run_name, "config": config.to_dict(cfg)} if cfg.wandb else None)
 if cfg.resume:
     # max_steps may be raised on resume (a run continued past its first end): the log says where it now ends
     log({"kind": "resume", "step": state["step"], "time": time.time(), "max_steps": cfg.max_steps,
@@ -450,13 +356,14 @@ else:
          "model_sha256": policy.weights_sha256(model_path) if master else None})
 preset = config.toy_preset(cfg)
 print0(f"run {run_name}: log {log_path}, {world} x {device.type}, {cfg.prompts_per_step} prompts x {cfg.group} = "
-       f"{cfg.batch} completions per step, {cfg.mode} k={cfg.k}, loss {cfg.loss}, start-up {time.time() - t_start:.0f}s")
+       f"{cfg.batch} completions per step, {cfg.mode} k={cfg.k}, loss {cfg.loss}, "
+       f"start-up {time.time() - t_start:.0f}s")
 if preset:
     print0("toy preset (flags you type win): " + " ".join(f"--{k} {v}" for k, v in preset.items()))
-if device.type == "cpu" and cfg.dtype == "bfloat16" and config.bf16_is_emulated():
+if device.type == "cpu" and cfg.dtype == "bfloat16" and devices.bf16_is_emulated():
     print0("warning: this CPU has no native bf16 (no avx512_bf16 or amx_bf16 flag), so bf16 matmuls are emulated and "
            "a toy step takes ~4x longer than in float32")
-clock = Clock(state["gpu_hours"])
+clock = Clock(state["gpu_hours"], world)
 if resume_from:  # and once more through update_weights, as the running engine got them: on CPUs with AMX, vLLM's
     sync_weights(new_version=False)  # bf16 numerics differ between a fresh load and a reload
 gen.set_version(state["version"])
@@ -480,42 +387,28 @@ while True:
     trained_version = gen.version  # the weights this step's gradient is computed with
     gen.sleep()  # sync and PPO on GPU: the engine frees its memory for the trainer (nothing is in flight)
 
-    # --- advantages (§3.2(b)) and zero-variance filtering (§3.2(e)): a group whose G rewards are all equal has
-    # zero advantages; it is dropped from the loss and from the batch statistics (the "effective batch")
-    kept, adv, zero_var, totals = policy.effective_batch(groups, cfg, all_reduce)
-
-    # --- loss over micro-batches of packed rows (§3.2(a), Eq. 4), gradients summed over them and over ranks
-    with timer("train"):
-        micro, *padding = policy.micro_batches(kept, adv, cfg, totals, device)
-        num_micro = int(all_reduce({"n": len(micro)}, op=dist.ReduceOp.MAX)["n"])
-        sums = policy.backward(model, micro, cfg, num_micro, world, pad_id)
-        totals["loss"] = all_reduce({"loss": sums["loss"]})["loss"]
-
-    # --- AdamW (A.3) after a linear warm-up; a non-finite loss or gradient skips the step, weights and optimizer
-    # state untouched
-    lr = policy.learning_rate(cfg, step)
-    with timer("optim"):
-        grad_norm, finite = policy.optimizer_step(model, optimizer, lr, cfg.grad_clip, totals["loss"],
-                                                  has_gradient=num_micro > 0)
-    updated = finite and num_micro > 0
-    state["bad_steps"] = 0 if updated else state["bad_steps"] + (not finite)
+    # --- one optimizer step (policy.train_step): advantages with batch-level normalization (§3.2(b)), zero-variance
+    # filtering (§3.2(e)), the loss over micro-batches (§3.2(a), Eq. 4), AdamW after a linear warm-up (A.3); a
+    # non-finite loss or gradient skips the step, weights and optimizer state untouched
+    stats = policy.train_step(model, optimizer, groups, cfg, step, pad_id)
+    state["bad_steps"] = 0 if stats.updated else state["bad_steps"] + (not stats.finite)
 
     # --- weight sync: the new weights into this rank's vLLM, while requests may be decoding (PipelineRL, §3.1)
     with timer("sync"):
-        if updated or gen.asleep:  # a sleeping engine discarded its weights: it gets them back either way
-            sync_weights(new_version=updated)
+        if stats.updated or gen.asleep:  # a sleeping engine discarded its weights: it gets them back either way
+            sync_weights(new_version=stats.updated)
     state["version"] = gen.version
 
     # --- log
     state["step"] += 1
     state["samples"] += cfg.batch
-    state["tokens"] += int(totals["tokens"])
+    state["tokens"] += int(stats.totals["tokens"])
     state["gpu_hours"] = clock.tick()
-    record = step_record(groups, kept, zero_var, trained_version, sums, totals, grad_norm, finite, updated, lr,
-                         padding, timer)
+    record = step_record(groups, stats, trained_version, timer)
     log(record)
     release_free_memory(state["step"])
-    print0(f"step {state['step']}/{cfg.max_steps} | reward {record['reward_mean']:+.3f} | pass {record['pass_rate_train']:.3f}"
+    print0(f"step {state['step']}/{cfg.max_steps} | reward {record['reward_mean']:+.3f} | "
+           f"pass {record['pass_rate_train']:.3f}"
            f" | loss {record['loss']:+.4f} | lag {record['lag_mean']:.2f}/{record['lag_max']:.0f} | mismatch "
            f"{record['mismatch']:.1e} | {record['completion_tokens_mean'] * cfg.batch / record['t_step']:.0f} tok/s | "
            f"{record['t_step']:.2f}s (gen {record['t_generate']:.2f} train {record['t_train'] + record['t_optim']:.2f} "
@@ -539,8 +432,7 @@ while True:
         sys.exit(stopping)
 
 print0(f"done: {state['step']} steps, {clock.hours:.4f} device-hours, log {log_path}")
-if log.wandb is not None:
-    log.wandb.finish()
+log.close()
 if hasattr(grade, "close"):
     grade.close()  # the math-verify workers
 gen.close()  # vLLM's shutdown also tears down the process group

@@ -8,6 +8,8 @@ as `python train.py` would. Used by conftest.run_train when a test passes SCALER
     SCALERL_FAULT_NODES=2          the ranks pretend to be on 2 machines (LOCAL_WORLD_SIZE, LOCAL_RANK): HSDP
     SCALERL_FAULT_DISK_FULL=2      the disk is full while the second checkpoint is written (its optimizer.pt)
     SCALERL_FAULT_UNSHARED=1       rank 1 sees another --out_dir than rank 0's (as on a machine without shared storage)
+    SCALERL_FAULT_FORK_SCHEDULE=1  a fork's schedule, --mode hoard: it generates two steps' worth at once and holds
+                                   the second in Schedule.held (nothing else tells a checkpoint about those prompts)
 
 Steps are counted from 1 in this process (after a --resume, the first step it runs is 1).
 
@@ -103,6 +105,20 @@ def full_disk_save(obj, path, *args, **kwargs):
     return torch_save(obj, path, *args, **kwargs)
 
 
+
+
+class Hoard(rollouts.Schedule):
+    def next_batch(self, r):
+        if not self.held:
+            r.submit(r.cfg.prompts_per_step * 2)
+            self.held = r.generate_all()
+        per_rank = r.cfg.prompts_per_step // r.layout.world
+        batch, self.held = self.held[:per_rank], self.held[per_rank:]
+        return batch
+
+
+if os.environ.get("SCALERL_FAULT_FORK_SCHEDULE"):
+    rollouts.SCHEDULES["hoard"] = Hoard
 if sync_step:
     generate.Generator.update_weights = failing_update_weights
 if disk_full:

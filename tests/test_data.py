@@ -5,13 +5,20 @@
 import os
 import platform
 import random
+import re
 import subprocess
 import sys
 
 import checkpoint
 import data
+import rewards
 import rollouts
 import toy
+
+
+def reward(completion: str, answer: str) -> float:
+    """The toy's reward: its dataset's default, boxed_exact, with the thinking block opened by the prompt."""
+    return rewards.grade_boxed_exact([completion], [answer], thinking=True)[0]
 
 
 def test_toy_splits_are_fixed_and_disjoint():
@@ -28,10 +35,10 @@ def test_toy_solution_is_graded_correct_and_slips_are_wrong():
     for check_rate in (0.0, 1.0):  # concise and checked traces alike
         for _ in range(200):
             p = toy.toy_problem(rng, check_rate=check_rate)
-            assert toy.toy_reward(p["solution"], p["answer"]) == 1.0
+            assert reward(p["solution"], p["answer"]) == 1.0
     slipped = [toy.toy_problem(random.Random(i), slip_rate=1.0) for i in range(200)]
     # every running sum slips; slips can cancel over several steps, but rarely
-    assert sum(toy.toy_reward(p["solution"], p["answer"]) == -1.0 for p in slipped) > 0.7 * len(slipped)
+    assert sum(reward(p["solution"], p["answer"]) == -1.0 for p in slipped) > 0.7 * len(slipped)
 
 
 def test_concise_prefix_is_where_a_concise_solution_starts():
@@ -89,7 +96,7 @@ def test_the_budget_sets_the_ceiling(tokenizer):
     most, most_2x = config.TOY["think_max_tokens"], 2 * config.TOY["think_max_tokens"]
 
     def thinking_tokens(p):  # the scratchpad up to and including </think>
-        return len(tokenizer(p["solution"].split(data.THINK_END)[0] + data.THINK_END, add_special_tokens=False)["input_ids"])
+        return len(tokenizer(p["solution"].split(rewards.THINK_END)[0] + rewards.THINK_END, add_special_tokens=False)["input_ids"])
     def terms(p):
         return p["prompt"].count("+") + 1
     rng = random.Random(0)
@@ -106,18 +113,18 @@ def test_the_budget_sets_the_ceiling(tokenizer):
 
 
 def test_grader_reads_only_the_final_answer_after_thinking():
-    assert toy.toy_reward("1+2=3 </think>\\boxed{3}", "3") == 1.0
-    assert toy.toy_reward("\\boxed{3} still thinking", "3") == -1.0  # never closed its thinking
-    assert toy.toy_reward("\\boxed{3} </think>\\boxed{4}", "3") == -1.0  # the answer inside thinking is ignored
-    assert toy.toy_reward("</think>\\boxed{4} \\boxed{3}", "3") == -1.0  # hedging between answers is wrong
-    assert toy.toy_reward("</think>\\boxed{3} so \\boxed{3}", "3") == 1.0  # repeating the answer is fine
-    assert toy.toy_reward("", "3") == -1.0
+    assert reward("1+2=3 </think>\\boxed{3}", "3") == 1.0
+    assert reward("\\boxed{3} still thinking", "3") == -1.0  # never closed its thinking
+    assert reward("\\boxed{3} </think>\\boxed{4}", "3") == -1.0  # the answer inside thinking is ignored
+    assert reward("</think>\\boxed{4} \\boxed{3}", "3") == -1.0  # hedging between answers is wrong
+    assert reward("</think>\\boxed{3} so \\boxed{3}", "3") == 1.0  # repeating the answer is fine
+    assert reward("", "3") == -1.0
 
 
 def test_tokenizer_and_chat_template(tokenizer):
-    ids = data.format_prompt(tokenizer, "Add: 12+7")
+    ids = rewards.format_prompt(tokenizer, "Add: 12+7")
     assert tokenizer.decode(ids) == "<|user|>Add: 12+7<|assistant|><think>"
-    phrase = tokenizer(data.INTERRUPT_PHRASE, add_special_tokens=False)["input_ids"]
+    phrase = tokenizer(rewards.INTERRUPT_PHRASE, add_special_tokens=False)["input_ids"]
     assert tokenizer.convert_tokens_to_ids("</think>") == phrase[-1]
     assert len(phrase) < 25  # trained into the vocabulary, not 80 single characters
     digits = tokenizer("123", add_special_tokens=False)["input_ids"]
@@ -180,5 +187,28 @@ def test_generated_box_task_needs_the_number_itself():
     rows = data.box_rows()
     assert len(rows) == len({r["prompt"] for r in rows}) == 1000
     assert sum("Put the number" not in r["prompt"] for r in rows) == 243  # 81 sums x 3 phrasings
-    assert data.grade_boxed_exact(["\\boxed{14}", "\\boxed{5 + 9}", "so \\boxed{14}.", "\\boxed{014}"], ["14"] * 4,
+    assert rewards.grade_boxed_exact(["\\boxed{14}", "\\boxed{5 + 9}", "so \\boxed{14}.", "\\boxed{014}"], ["14"] * 4,
                                   thinking=False) == [1.0, -1.0, 1.0, -1.0]
+
+
+def test_sums_task_holds_out_pairs_of_terms_not_wordings():
+    train, val = data.sums_rows()
+    assert (len(train), len(val)) == (520, 128) and data.sums_rows() == (train, val)  # fixed
+    terms = lambda r: frozenset(int(x) for x in re.findall(r"\d+", r["prompt"]))  # noqa: E731
+    assert not {terms(r) for r in train} & {terms(r) for r in val}  # no pair trained on in either order
+    for r in train + val:
+        assert sum(terms(r)) == int(r["answer"]) or len(terms(r)) == 1 and 2 * min(terms(r)) == int(r["answer"])
+    one_digit = [r for r in val if max(terms(r)) < 10]
+    assert len(one_digit) == 64  # half of the evaluation adds two one-digit numbers
+
+
+def test_last_number_reads_a_worked_answer_as_a_person_would():
+    grade = lambda c, a="12": rewards.grade_last_number([c], [a], thinking=False)[0]  # noqa: E731
+    assert grade("7 + 5 = 12") == grade("The answer is 12.") == grade("12.0") == 1.0
+    assert grade("7 + 5 = 12, or maybe 13") == -1.0  # hedging: the last number counts
+    assert grade("12 apples, 3 left") == -1.0 and grade("no idea") == -1.0 and grade("") == -1.0
+    assert grade("7 + 5 = 12-9=3", "3") == 1.0  # "12-9" is 12 minus 9, not 12 and -9
+    assert grade("the sum is 1,000", "1000") == grade("-3", "-3") == 1.0
+    assert rewards.grade_last_number(["12 </think> 13"], ["13"], thinking=True) == [1.0]  # the answer part only
+    assert rewards.grade_last_number(["12 still thinking"], ["12"], thinking=True) == [-1.0]
+    assert rewards.last_number("9" * 100_000 + " = 5", False) == "5"  # one linear scan, whatever the text

@@ -10,6 +10,7 @@ import pytest
 
 import config
 import data
+import rewards
 from conftest import OUT, ROOT, run_train
 
 FIXTURES = os.path.join(ROOT, "tests", "fixtures")
@@ -32,7 +33,7 @@ def test_local_file_trains_end_to_end(tmp_path, toy_path, run_name, name):
     dump = os.path.join(OUT, run, "rollouts", "step_000001.jsonl")
     rows = [json.loads(line) for line in open(dump)]
     assert len(rows) == 64
-    assert rows[0]["prompt"].startswith("<|user|>Add: ") and data.MATH_INSTRUCTION in rows[0]["prompt"]
+    assert rows[0]["prompt"].startswith("<|user|>Add: ") and rewards.MATH_INSTRUCTION in rows[0]["prompt"]
     assert all(lag is None or lag == 0 for r in rows for lag in r["token_lag"])  # sync mode: on-policy
     assert {r["reward"] for r in rows} == {1.0, -1.0}
 
@@ -60,7 +61,7 @@ def test_named_dataset_graded_with_math_verify(monkeypatch, tokenizer):
     cfg = config.parse_args(["--dataset", "math", "--prompt_max_tokens", "512"])
     rows = data._rows("math")  # (the fake Hub serves the same rows as training and evaluation set)
     train, val, grade = data.load_task(cfg, tokenizer, (rows, rows))
-    assert train[0]["prompt"].endswith(data.MATH_INSTRUCTION)
+    assert train[0]["prompt"].endswith(rewards.MATH_INSTRUCTION)
     assert tokenizer.decode(train[0]["prompt_ids"]).endswith("<|assistant|><think>")  # the chat template's prompt
     assert grade(["so </think> \\boxed{0.5}", "\\boxed{1/2}", "</think> \\boxed{4}"], ["\\frac{1}{2}"] * 2 + ["4"]) == \
         [1.0, -1.0, 1.0]  # the middle one never closed its thinking
@@ -132,10 +133,10 @@ def test_progress_is_plain_lines_when_stdout_is_not_a_terminal(tmp_path, toy_pat
 
 
 def test_exact_reward_reads_the_first_line_of_the_final_answer():
-    grade = lambda cs, a: data.grade_exact(cs, [a] * len(cs), thinking=False)  # noqa: E731
+    grade = lambda cs, a: rewards.grade_exact(cs, [a] * len(cs), thinking=False)  # noqa: E731
     assert grade(["81", "81\nmore text", " 81 ", "<think>hmm</think>81", "8 1", "<think>81"], "81") == \
         [1.0, 1.0, 1.0, 1.0, -1.0, -1.0]
-    assert data.grade_exact(["81", "x</think>81"], ["81", "81"], thinking=True) == [-1.0, 1.0]
+    assert rewards.grade_exact(["81", "x</think>81"], ["81", "81"], thinking=True) == [-1.0, 1.0]
 
 
 def test_repeated_prompts_are_dropped_before_the_held_out_split(tmp_path):
@@ -164,3 +165,20 @@ def test_non_utf8_dataset_is_one_line(tmp_path):
     path.write_bytes(b'{"prompt": "caf\xe9 1+1", "answer": "2"}\n')
     with pytest.raises(data.DataError, match="UnicodeDecodeError"):
         data._rows(str(path))
+
+
+def test_a_reward_registered_by_a_fork_grades_a_dataset(monkeypatch, tokenizer):
+    """A new reward is a factory and a REWARDS entry: --reward takes it, and load_task grades with it and adds its
+    instruction to the prompts; each dataset's default is its own, and a generated task refuses any other."""
+    def shout(cfg, tokenizer):
+        return lambda completions, answers: [1.0 if c.isupper() else -1.0 for c in completions]
+    monkeypatch.setitem(rewards.REWARDS, "shout", rewards.Reward(shout, "Answer in capitals."))
+    local = os.path.join(FIXTURES, "arithmetic.jsonl")
+    cfg = config.parse_args(["--dataset", local, "--reward", "shout"])
+    train, val, grade = data.load_task(cfg, tokenizer, log=lambda *_: None)
+    assert train[0]["prompt"].endswith("\nAnswer in capitals.") and val[0]["prompt"].endswith("capitals.")
+    assert grade(["YES", "no"], ["7", "7"]) == [1.0, -1.0]
+    assert config.parse_args(["--dataset", local]).reward == data.default_reward(local) == "math"
+    assert config.parse_args([]).reward == data.default_reward("toy") == data.default_reward("box") == "boxed_exact"
+    with pytest.raises(config.ConfigError, match="does not apply to --dataset box"):
+        config.parse_args(["--dataset", "box", "--reward", "shout"])

@@ -3,12 +3,12 @@
     python -m pytest tests/test_generate.py -q
 """
 import dataclasses
-import random
+import functools
 
 import pytest
 import torch
 
-import data
+import rewards
 import rollouts
 
 
@@ -104,12 +104,12 @@ def test_interruption_injects_masked_phrase_and_grades_the_answer(make_generator
         assert all(m == 1 for m in s.mask[start + len(phrase):])
         assert s.versions[start:start + len(phrase)] == [-1] * len(phrase)
         assert s.logprobs[start:start + len(phrase)] == [0.0] * len(phrase)
-        assert data.INTERRUPT_PHRASE in s.text
+        assert rewards.INTERRUPT_PHRASE in s.text
         answer_tokens = len(s.token_ids) - start - len(phrase)
         assert 1 <= answer_tokens <= cfg.answer_max_tokens
         # the answer written after the phrase is what gets graded
-        after = s.text.split(data.INTERRUPT_PHRASE, 1)[1]
-        assert data.final_answer(s.text) == data.final_answer(data.THINK_END + after)
+        after = s.text.split(rewards.INTERRUPT_PHRASE, 1)[1]
+        assert rewards.final_answer(s.text) == rewards.final_answer(rewards.THINK_END + after)
     assert sum(s.interrupted for s in group.samples) >= 6
 
 
@@ -207,6 +207,9 @@ def test_evaluate_reports_a_pass_rate(make_generator, toy_rows):
     assert 0 < result["correct"] < result["samples"]
     assert result == rollouts.evaluate(gen, val[:20], cfg, grade)  # same seeds, same weights, same result
     assert rollouts.evaluate(gen, [], cfg, grade)["samples"] == 0  # a rank with no eval prompts
+    extract = functools.partial(rewards.final_answer, thinking=True)  # the toy's reward reads the last box
+    answered = rollouts.evaluate(gen, val[:20], cfg, grade, extract=extract)["answered"]
+    assert result["correct"] <= answered <= result["samples"]  # a right answer is an answer; not every answer is
 
 
 def test_tensor_parallel_ranks_split_an_evaluation_and_keep_its_grading_budget(make_generator, toy_rows):

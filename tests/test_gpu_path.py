@@ -5,7 +5,6 @@ failing weight sync) are in test_resilience.py.
 
     python -m pytest tests/test_gpu_path.py -q
 """
-import dataclasses
 
 import pytest
 import torch

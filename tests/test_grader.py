@@ -1,4 +1,4 @@
-"""The math-verify grader (data.MathGrader, data.math_reward) against adversarial completions.
+"""The math-verify grader (rewards.MathGrader) against adversarial completions.
 
     .venv/bin/python -m pytest tests/test_grader.py -q
 
@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-import data
+import rewards
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMEOUT_S = 1.0
@@ -28,7 +28,7 @@ NUM_WORKERS = 2
 ITEM_BOUND_S = TIMEOUT_S + 2.0
 REL = "PWNED_BY_GRADER_TEST"  # the relative marker name
 
-MAX = data.MAX_ANSWER_CHARS
+MAX = rewards.MAX_ANSWER_CHARS
 MB = 1_000_000
 
 # --- the corpus: (name, completion, answer); each must be graded -1.0 -------------------------------------------
@@ -151,7 +151,7 @@ def _warm(grader):
 
 @pytest.fixture(scope="module")
 def grader():
-    g = data.MathGrader(timeout_s=TIMEOUT_S, num_workers=NUM_WORKERS)
+    g = rewards.MathGrader(timeout_s=TIMEOUT_S, num_workers=NUM_WORKERS)
     try:
         _warm(g)
         yield g
@@ -161,7 +161,7 @@ def grader():
 
 # --- the pure extraction rules -----------------------------------------------------------------------------------
 def test_boxed_answers_rules():
-    ba = data.boxed_answers
+    ba = rewards.boxed_answers
     assert ba("x </think> \\boxed{3}", thinking=True) == ["3"]
     assert ba("\\boxed{3}", thinking=True) is None  # thinking opened in the prompt and never closed
     assert ba("<think> \\boxed{3}", thinking=False) is None  # opened by the completion and never closed
@@ -172,7 +172,7 @@ def test_boxed_answers_rules():
     assert ba("</think>\\boxed{" + "1" * MAX + "}", thinking=True) == ["1" * MAX]  # at the limit: fine
     assert ba("</think>\\boxed{" + "{" * 10_000 + "}" * 10_000 + "}", thinking=True) is None
     assert ba("</think>\\boxed{3", thinking=True) is None  # cut off before the box closed
-    assert ba("</think>" + "\\boxed{1}" * data.MAX_BOXES, thinking=True) == ["1"] * data.MAX_BOXES
+    assert ba("</think>" + "\\boxed{1}" * rewards.MAX_BOXES, thinking=True) == ["1"] * rewards.MAX_BOXES
     t0 = time.monotonic()
     assert ba("</think>" + "\\boxed{" * 3000, thinking=True) is None  # too many boxes: not scanned one by one
     assert ba("a" * (5 * MB) + "</think>\\boxed{5}", thinking=True) == ["5"]
@@ -235,7 +235,7 @@ def test_grading_off_the_main_thread(tmp_path):
 
     def work():
         try:
-            g = data.MathGrader(timeout_s=TIMEOUT_S, num_workers=1)
+            g = rewards.MathGrader(timeout_s=TIMEOUT_S, num_workers=1)
         except BaseException as e:  # noqa: BLE001 - reported below, in the main thread
             out["error"] = repr(e)
             return
@@ -265,8 +265,8 @@ def test_stderr_stays_bounded(tmp_path):
     """math-verify prints the whole offending input on a timeout: a megabyte box or a tower must not reach
     the trainer's stderr (log files)."""
     script = (
-        f"import sys; sys.path.insert(0, {ROOT!r}); import data\n"
-        "g = data.MathGrader(timeout_s=1.0, num_workers=1)\n"
+        f"import sys; sys.path.insert(0, {ROOT!r}); import rewards\n"
+        "g = rewards.MathGrader(timeout_s=1.0, num_workers=1)\n"
         "try:\n"
         "    print(g(['</think>\\\\boxed{' + '9' * 1_000_000 + '}', '</think>\\\\boxed{9^{9^{9^{9}}}}',\n"
         "             '</think>\\\\boxed{' + '(' * 300 + '1' + ')' * 300 + '}', '</think>\\\\boxed{3}'],\n"
@@ -281,31 +281,27 @@ def test_stderr_stays_bounded(tmp_path):
     assert not os.listdir(tmp_path)
 
 
-@pytest.fixture
-def default_grader():
-    """data.math_reward's lazily created module-level grader, closed and reset afterwards if we made it."""
-    had = data._default_grader
-    yield
-    if had is None and data._default_grader is not None:
-        data._default_grader.close()
-        data._default_grader = None
-
-
-def test_math_reward_module_function(default_grader, tmp_path):
-    assert data.math_reward("</think>\\boxed{\\frac{1}{2}}", "0.5") == 1.0
-    assert data.math_reward("</think>\\boxed{9^{9^{9^{9}}}}", "1") == -1.0
-    assert data.math_reward("\\boxed{42} </think> I don't know", "42") == -1.0
-    assert data.math_reward(_fill("</think>\\boxed{__import__('os').system('touch @ABS@ @REL@')}", tmp_path),
-                            "0") == -1.0
-    assert data.math_reward("</think>\\boxed{3}", "3") == 1.0  # still working after the kill
-    assert data.math_reward("\\boxed{21}", "21") == 1.0  # no thinking part: the whole text is the answer
-    assert data.math_reward("\\boxed{21}", "21", thinking=True) == -1.0  # a thinking prompt never closed
-    assert not os.listdir(tmp_path) and not os.listdir(data._default_grader.workdir)
+def test_one_grader_on_single_completions(tmp_path):
+    """One completion per call, as a user grading by hand would: the same rules, and a kill leaves it working."""
+    g = rewards.MathGrader(timeout_s=TIMEOUT_S, num_workers=1, thinking=False)
+    try:
+        def one(completion, answer, **kw):
+            return g([completion], [answer], **kw)[0]
+        assert one("</think>\\boxed{\\frac{1}{2}}", "0.5") == 1.0
+        assert one("</think>\\boxed{9^{9^{9^{9}}}}", "1") == -1.0
+        assert one("\\boxed{42} </think> I don't know", "42") == -1.0
+        assert one(_fill("</think>\\boxed{__import__('os').system('touch @ABS@ @REL@')}", tmp_path), "0") == -1.0
+        assert one("</think>\\boxed{3}", "3") == 1.0  # still working after the kill
+        assert one("\\boxed{21}", "21") == 1.0  # no thinking part: the whole text is the answer
+        assert one("\\boxed{21}", "21", thinking=True) == -1.0  # a thinking prompt never closed
+        assert not os.listdir(tmp_path) and not os.listdir(g.workdir)
+    finally:
+        g.close()
 
 
 def test_thinking_false_grader():
     """Without a thinking prompt the whole completion is the answer, unless it opened <think> itself."""
-    g = data.MathGrader(timeout_s=TIMEOUT_S, num_workers=1, thinking=False)
+    g = rewards.MathGrader(timeout_s=TIMEOUT_S, num_workers=1, thinking=False)
     try:
         assert g(["\\boxed{42}", "<think> \\boxed{42}", "\\boxed{42} </think> no", "<think>x</think>\\boxed{42}",
                   "\\boxed{41} \\boxed{42}"], ["42"] * 5) == [1.0, -1.0, -1.0, 1.0, -1.0]
@@ -317,15 +313,15 @@ def test_a_steps_grading_is_bounded_whatever_the_model_writes():
     """A step's grading stops at its budget however many slow items the model wrote: the rest is wrong and
     counted in `ungraded`; once spent, nothing more is graded until the next step's new_budget."""
     budget_s = 3.0
-    g = data.MathGrader(timeout_s=TIMEOUT_S, num_workers=NUM_WORKERS, step_budget_s=budget_s)
+    g = rewards.MathGrader(timeout_s=TIMEOUT_S, num_workers=NUM_WORKERS, step_budget_s=budget_s)
     try:
         _warm(g)
         g.new_budget()
         tower = "</think>\\boxed{9^{9^{9^{9}}}}"  # each one holds a worker to its 1 s deadline
         t0 = time.monotonic()
-        rewards = g([tower] * 40, ["1"] * 40)
+        graded = g([tower] * 40, ["1"] * 40)
         elapsed = time.monotonic() - t0
-        assert rewards == [-1.0] * 40
+        assert graded == [-1.0] * 40
         assert elapsed < budget_s + 2.0, f"40 slow items took {elapsed:.1f}s against a {budget_s}s budget"
         assert g.ungraded == 40  # each one over its own deadline or past the step's
         assert g(["</think>\\boxed{2}"], ["2"]) == [-1.0] and g.ungraded == 41  # spent: not graded

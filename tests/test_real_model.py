@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import config
-import data
+import rewards
 import policy
 from conftest import OUT, run_train
 from test_generate import engine_logprobs, trainer_logprobs
@@ -59,7 +59,7 @@ def test_smollm2_engine_and_trainer_agree_through_updates_and_a_checkpoint(smol_
     import generate
     cfg = config.parse_args(["--model", smol_path, *FLAGS])
     tok = AutoTokenizer.from_pretrained(smol_path)
-    prompt_ids = data.format_prompt(tok, "What is 12 + 7? Put the answer in \\boxed{}.")
+    prompt_ids = rewards.format_prompt(tok, "What is 12 + 7? Put the answer in \\boxed{}.")
     assert "<|im_start|>assistant" in tok.decode(prompt_ids)  # the model's own chat template
     gen = generate.Generator(cfg, smol_path, tok, "cpu", updates_in_flight=False)
     model = AutoModelForCausalLM.from_pretrained(smol_path, dtype=torch.float32)
@@ -96,7 +96,7 @@ def test_smollm2_engine_and_trainer_agree_through_updates_and_a_checkpoint(smol_
         assert (engine_logprobs(fresh, prompt_ids, fixed) - before).abs().max() < 1e-4
     finally:
         fresh.close()
-    grader = data.MathGrader(num_workers=1, thinking=False)
+    grader = rewards.MathGrader(num_workers=1, thinking=False)
     try:  # the model's real text, as written: wrong without a box; the same text with the right box appended: right
         assert all(r in (-1.0, 1.0) for r in grader(texts, ["19"] * len(texts)))
         assert grader([t.split("\\boxed")[0] + " so \\boxed{19}" for t in texts[:4]], ["19"] * 4) == [1.0] * 4
@@ -116,13 +116,13 @@ def test_forced_interruptions_on_a_model_without_a_think_end_token(smol_path):
     from transformers import AutoTokenizer
     import generate
     tok = AutoTokenizer.from_pretrained(smol_path)
-    assert data.think_end_id(tok) is None
+    assert rewards.think_end_id(tok) is None
     cfg = config.parse_args(["--model", smol_path, *[f for f in FLAGS if f != "--no_interruptions"],
                              "--think_min_tokens", "6", "--think_max_tokens", "10"])
     assert cfg.interruptions
     gen = generate.Generator(cfg, smol_path, tok, "cpu", updates_in_flight=False)
     try:
-        prompt = data.format_prompt(tok, "Think step by step: what is 12 + 7? End your thinking with </think>.")
+        prompt = rewards.format_prompt(tok, "Think step by step: what is 12 + 7? End your thinking with </think>.")
         gen.submit("think", 0, prompt, "19", 8)
         group = gen.run_until_done({"think"})[0]
     finally:
@@ -136,7 +136,7 @@ def test_forced_interruptions_on_a_model_without_a_think_end_token(smol_path):
         assert s.mask[start:start + len(phrase)] == [0] * len(phrase)  # out of the loss
         assert s.versions[start:start + len(phrase)] == [-1] * len(phrase)  # not sampled
         assert len(s.token_ids) > start + len(phrase)  # the answer phase ran after it
-        assert data.THINK_END in s.text
+        assert rewards.THINK_END in s.text
     for s in group.samples:  # nothing ever follows an EOS; one that ended the thinking phase ends the completion
         assert tok.eos_token_id not in s.token_ids[:-1]
-        assert s.interrupted or data.THINK_END in s.text or len(s.token_ids) <= 10
+        assert s.interrupted or rewards.THINK_END in s.text or len(s.token_ids) <= 10

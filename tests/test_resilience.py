@@ -149,6 +149,25 @@ def test_resume_after_sigkill_continues_as_if_never_stopped(tmp_path, toy_path, 
     assert b[6]["gpu_hours"] > b[3]["gpu_hours"] > 0
 
 
+def test_a_forks_schedule_that_holds_groups_keeps_their_prompts_across_a_resume(tmp_path, toy_path, run_name):
+    """A schedule registered by a fork (tests/faults.py's "hoard": two steps' worth generated at once, the second
+    held in Schedule.held) is checkpointed with the prompts it holds: resumed from step 1, step 2 trains on the
+    very prompts the uninterrupted run trained on, not on fresh draws."""
+    name = run_name("hoard")
+    env = {"SCALERL_FAULT_FORK_SCHEDULE": "1"}
+    args = [*SYNC, "--mode", "hoard", "--log_dir", str(tmp_path), "--run_name", name, "--save_every", "1",
+            "--keep_checkpoints", "5"]
+    straight = run_train(*args, "--max_steps", "2", env=env)
+    assert straight.returncode == 0, straight.stdout[-3000:]
+    first = {r["step"]: r["prompts"] for r in log_records(tmp_path, name)}
+    shutil.rmtree(os.path.join(OUT, name, "ckpt-000002"))  # resume from step 1, with step 2's prompts held
+    resumed = run_train(*args, "--max_steps", "2", "--resume", env=env)
+    assert resumed.returncode == 0, resumed.stdout[-3000:]
+    again = [r for r in log_records(tmp_path, name) if r["step"] == 2][-1]["prompts"]
+    assert len(first[2]) == 4 and again == first[2]
+    assert not set(first[1]) & set(first[2])
+
+
 def test_half_written_checkpoint_is_skipped(tmp_path, toy_path, run_name):
     name = run_name()
     args = [*SYNC, "--log_dir", str(tmp_path), "--run_name", name]

@@ -151,16 +151,20 @@ def test_help_lists_every_flag_with_its_default_and_comment():
 
 
 def test_registries_are_the_only_place_to_add_a_choice():
-    """A loss (or a schedule) added to its registry is a valid --loss (--mode) with no other edit."""
-    code = ("import losses, rollouts; losses.LOSSES['mine'] = losses.cispo; "
-            "rollouts.SCHEDULES['mysched'] = rollouts.SCHEDULES['sync']; import config; "
-            "c = config.parse_args(['--loss', 'mine', '--mode', 'mysched', '--k', '1']); "
-            "print(c.loss, c.mode, sorted(losses.hyperparameters('mine', c)))")
+    """A loss, a schedule or a reward added to its registry is a valid --loss, --mode or --reward (listed by
+    --help) with no other edit."""
+    code = ("import losses, rewards, rollouts; losses.LOSSES['mine'] = losses.cispo; "
+            "rollouts.SCHEDULES['mysched'] = rollouts.SCHEDULES['sync']; "
+            "rewards.REWARDS['myreward'] = rewards.Reward(lambda cfg, tokenizer: None); import config; "
+            "c = config.parse_args(['--loss', 'mine', '--mode', 'mysched', '--k', '1', '--reward', 'myreward', "
+            "'--model', 'org/model', '--dataset', 'gsm8k']); "
+            "print(c.loss, c.mode, c.reward, sorted(losses.hyperparameters('mine', c))); "
+            "print('{math,exact,boxed_exact,myreward}' in config.parser().format_help())")
     import subprocess
     import sys
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["mine", "mysched", "['eps_max']"]
+    assert out.stdout.split() == ["mine", "mysched", "myreward", "['eps_max']", "True"]
 
 
 @pytest.mark.parametrize("flags,expect", [
@@ -184,8 +188,8 @@ def test_flag_spellings_and_derived_defaults(flags, expect):
     ("fpu avx2 amx_tile amx_bf16", False),
 ])
 def test_bf16_emulation_is_read_off_the_cpu_flags(tmp_path, flags, emulated):
-    import config
+    import devices
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text(f"processor\t: 0\nmodel name\t: x\nflags\t\t: {flags}\n")
-    assert config.bf16_is_emulated(str(cpuinfo)) is emulated
-    assert config.bf16_is_emulated(str(tmp_path / "missing")) is False  # unreadable: no claim
+    assert devices.bf16_is_emulated(str(cpuinfo)) is emulated
+    assert devices.bf16_is_emulated(str(tmp_path / "missing")) is False  # unreadable: no claim
