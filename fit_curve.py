@@ -1,25 +1,13 @@
-"""
-Fit ScaleRL's sigmoidal compute-performance curve (paper Eq. 1, §1, A.5) to validation
+"""Fit ScaleRL's sigmoidal compute-performance curve (paper Eq. 1, §1, A.5) to validation
 pass rate vs training compute, extrapolate it beyond the fit window and rank recipes.
 
     R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B)
 
-A is the ceiling (asymptotic pass rate); B (steepness) and C_mid (compute at half the
-gain) are efficiency. Input: the JSON-lines logs train.py writes, one file per run;
-points are the "eval" records (x = gpu_hours by default, y = pass_rate).
+A is the ceiling (asymptotic pass rate); B (steepness) and C_mid (compute at half the gain) are efficiency. Points:
+the "eval" records of train.py's logs (x = gpu_hours by default, y = pass_rate). Needs numpy and scipy, no torch.
 
-    python fit_curve.py logs/*.jsonl                     # ranked table
-    python fit_curve.py logs/*.jsonl --plot curves.png   # plus a log-x plot
-    python fit_curve.py logs/*.jsonl --json              # one JSON object per run per line
+    python fit_curve.py logs/*.jsonl --plot curves.png   # ranked table and a log-x plot (--json: a JSON line per run)
     python fit_curve.py logs/*.jsonl --fit-fraction 0.5  # fit on half, check the other half
-
-The fit generalises the paper's procedure (A.5): A on a 0.005 grid over (R0, 1],
-C_mid on a log grid around the data, the least-squares B for every (A, C_mid) pair,
-keep the lowest sum of squares, then a joint least_squares refinement from there (which
-can only lower it). R0 is the pass rate at x = 0, or a fitted parameter when the log has
-no such point. By default points below 10% of the fit window's largest x are dropped, as
-the paper drops its first ~1.5k GPU-h (§2.1). Needs numpy and scipy (matplotlib for
---plot), no torch.
 """
 import argparse
 import json
@@ -27,20 +15,17 @@ import math
 import os
 import signal
 import sys
-from dataclasses import dataclass
+from collections import namedtuple
 from pathlib import Path
 
 import numpy as np
 from scipy.optimize import least_squares
 from scipy.special import expit
 
-# config keys that do not change the recipe: runs equal up to these (and any key ending
-# in _dir or _path) are seeds of one recipe and get grouped. From micro_batch_tokens on they
-# are config.py's memory, device-layout and reliability knobs, which change no result
-IGNORED_CONFIG_KEYS = {"seed", "run_name", "log_dir", "out_dir", "resume", "wandb",
-                       "dump_every", "eval_every", "save_every", "keep_checkpoints",
-                       "micro_batch_tokens", "vllm_memory", "vllm_kv_cache_gib", "max_bad_steps",
-                       "logprob_chunk_tokens", "activation_checkpointing", "tp"}
+# config keys that change no result (from micro_batch_tokens on: config.py's memory, device-layout, reliability knobs)
+IGNORED_CONFIG_KEYS = {"seed", "run_name", "log_dir", "out_dir", "resume", "wandb", "dump_every", "eval_every",
+                       "save_every", "keep_checkpoints", "micro_batch_tokens", "vllm_memory", "vllm_kv_cache_gib",
+                       "max_bad_steps", "logprob_chunk_tokens", "activation_checkpointing", "tp"}
 A_STEP = 0.005                          # paper A.5 grid step for A
 NUM_CMID = 80                           # log-spaced C_mid values from x_min/10 to 100*x_max
 CMID_RANGE = (0.1, 100.0)               # C_mid grid span, relative to the window's x range
@@ -51,20 +36,21 @@ DEFAULT_MIN_FRACTION = 0.1              # default window start, relative to the 
 MAX_POWER_LAW_A = 2.0                   # power-law A is unbounded in principle (paper A.4)
 MIN_RISE = 0.005                        # a curve that rises less than this (pass rate) has no ceiling to fit
 PLOT_FORMATS = ("png", "pdf", "svg", "jpg", "jpeg", "eps", "ps", "tif", "tiff", "webp")
+# one fitted run. group: config minus IGNORED_CONFIG_KEYS as JSON, shared by seeds of one recipe; x, y: all valid
+# evals, by x; in_fit: the fit window (never x = 0); past max_compute: the extrapolation check; ci: {"A": [lo, hi], ...}
+Fit = namedtuple("Fit", "file name group x y in_fit max_compute A B C_mid R0 r0_observed r2 power_law_A ci")
 
 
 def warn(msg):
     print(msg, file=sys.stderr)
 
 
-def _is_number(v):
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
 def read_log(path, x_key):
-    """-> (config record or None, x, y sorted by x). Skips bad lines with a warning naming the
-    line; repeated steps (a resumed run re-evaluating) keep the last record. Raises OSError."""
-    config, by_step, no_step, num_repeats = None, {}, [], 0
+    """-> (config record or None, x, y sorted by x). Bad lines are skipped with a warning; a repeated step (a resumed
+    run re-evaluating) keeps its last record. Raises OSError."""
+    def number(v):
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    config, evals = None, []
     with open(path, encoding="utf-8-sig", errors="replace") as f:
         for line_num, line in enumerate(f, 1):
             if not line.strip():
@@ -81,25 +67,21 @@ def read_log(path, x_key):
             if rec.get("kind") != "eval":
                 continue
             x, y = rec.get(x_key), rec.get("pass_rate")
-            if not (_is_number(x) and _is_number(y) and x >= 0 and 0 <= y <= 1):
-                warn(f"{path}:{line_num}: eval record needs finite {x_key} >= 0 and pass_rate "
-                     f"in [0, 1], got {x!r} and {y!r}, skipped")
+            if not (number(x) and number(y) and x >= 0 and 0 <= y <= 1):
+                warn(f"{path}:{line_num}: eval record needs finite {x_key} >= 0 and pass_rate in [0, 1], "
+                     f"got {x!r} and {y!r}, skipped")
                 continue
-            step = rec.get("step")
-            if isinstance(step, int):
-                num_repeats += step in by_step
-                by_step[step] = (x, y)
-            else:
-                no_step.append((x, y))
+            evals.append((rec.get("step"), (x, y)))
+    by_step = {step: p for step, p in evals if isinstance(step, int)}  # the last record of each step
+    num_repeats = sum(isinstance(step, int) for step, _ in evals) - len(by_step)
     if num_repeats:
-        warn(f"{path}: {num_repeats} eval records repeat an earlier step (resumed run?), "
-             "kept the last of each")
+        warn(f"{path}: {num_repeats} eval records repeat an earlier step (resumed run?), kept the last of each")
     by_order = [by_step[k] for k in sorted(by_step)]
     drops = [(a, b) for a, b in zip(by_order, by_order[1:]) if b[0] < a[0]]
     if drops:
         warn(f"{path}: {x_key} decreases {len(drops)} time(s) as steps increase (first {drops[0][0][0]:.4g} -> "
              f"{drops[0][1][0]:.4g}): a clock reset or two runs in one log? Points are fitted in {x_key} order")
-    points = sorted(list(by_step.values()) + no_step)
+    points = sorted(list(by_step.values()) + [p for step, p in evals if not isinstance(step, int)])
     x, y = (np.array(v, dtype=float) for v in zip(*points)) if points else (np.zeros(0),) * 2
     return config, x, y
 
@@ -111,9 +93,8 @@ def sigmoid(x, A, B, C_mid, R0):
 
 
 def _pair_sse(s, y, A, r0):
-    """SSE of y - (R0 (1 - s) + A s) over the last axis for every A (nA, 1), from moment sums,
-    so one s of shape (1, nC, n) serves all A. A free R0 (r0 None) is solved in closed form,
-    since the model is linear in R0, and clipped to [0, A]. -> (sse, R0), each (nA, nC)."""
+    """-> (SSE of y - (R0 (1 - s) + A s) over the last axis, R0), each (nA, nC), for every A (nA, 1) from moment
+    sums, so one s (1, nC, n) serves all A. A free R0 (r0 None) is solved in closed form, clipped to [0, A]."""
     p = 1 - s
     py, sy, pp, ps, ss = ((u * w).sum(-1) for u, w in ((p, y), (s, y), (p, p), (p, s), (s, s)))
     if r0 is None:
@@ -123,15 +104,12 @@ def _pair_sse(s, y, A, r0):
 
 
 def best_b_per_pair(log_x, y, A, log_cmid, r0):
-    """The least-squares B for every (A, C_mid) pair at once, the 1-D problem the paper
-    solves with curve_fit per pair (A.5; a test checks they agree): best of B_GRID, then
-    golden-section search on log B between its grid neighbours. A (nA, 1), log_cmid (nC,).
-    -> (B, sse), each (nA, nC)."""
+    """-> (B, sse), each (nA, nC): the least-squares B of every (A (nA, 1), C_mid (nC,)) pair, as the paper's curve_fit
+    per pair (A.5; a test checks they agree): best of B_GRID, then golden-section search on log B between neighbours."""
     v = log_x - log_cmid[:, None]                                   # (nC, n) log(C / C_mid)
     coarse = np.stack([_pair_sse(expit(b * v)[None], y, A, r0)[0] for b in B_GRID])
     k = coarse.argmin(0)                                            # (nA, nC)
-    lo = np.log(B_GRID[np.maximum(k - 1, 0)])                        # bracket: grid neighbours
-    hi = np.log(B_GRID[np.minimum(k + 1, len(B_GRID) - 1)])
+    lo, hi = np.log(B_GRID[np.maximum(k - 1, 0)]), np.log(B_GRID[np.minimum(k + 1, len(B_GRID) - 1)])  # bracket
 
     def sse_at(log_b):
         return _pair_sse(expit(np.exp(log_b)[..., None] * v), y, A, r0)[0]
@@ -151,25 +129,21 @@ def best_b_per_pair(log_x, y, A, log_cmid, r0):
 
 
 def grid_fit(x, y, r0):
-    """Paper A.5 generalised: A on round 0.005 steps over (R0, 1] (a fitted R0 is profiled per
-    pair), C_mid log-spaced around the data, B per pair; keep the lowest SSE.
-    -> (A, B, C_mid, R0)."""
+    """Paper A.5 generalised: A on round 0.005 steps over (R0, 1] (a fitted R0 is profiled per pair), C_mid
+    log-spaced around the data, B per pair; keep the lowest SSE. -> (A, B, C_mid, R0)."""
     A = np.arange(1, round(1 / A_STEP) + 1)[:, None] * A_STEP     # (nA, 1)
     A = A[A[:, 0] > (0 if r0 is None else r0)]
     log_x = np.log(x)
-    log_cmid = np.linspace(log_x.min() + math.log(CMID_RANGE[0]),
-                           log_x.max() + math.log(CMID_RANGE[1]), NUM_CMID)
+    log_cmid = np.linspace(log_x.min() + math.log(CMID_RANGE[0]), log_x.max() + math.log(CMID_RANGE[1]), NUM_CMID)
     B, sse = best_b_per_pair(log_x, y, A, log_cmid, r0)
     i, j = np.unravel_index(sse.argmin(), sse.shape)
-    s = expit(B[i, j] * (log_x - log_cmid[j]))
-    R0 = r0 if r0 is not None else float(_pair_sse(s, y, A[i], None)[1][0])
+    R0 = r0 if r0 is not None else float(_pair_sse(expit(B[i, j] * (log_x - log_cmid[j])), y, A[i], None)[1][0])
     return float(A[i, 0]), float(B[i, j]), math.exp(log_cmid[j]), R0
 
 
 def refine(x, y, start, r0, fixed_A=None):
-    """Joint least_squares on (A, B, log C_mid[, q]) from start = (A, B, C_mid, R0). A free R0
-    is q*A with q in [0, 1), which keeps 0 <= R0 < A a box bound. fixed_A pins A: the paper's
-    common-A refit for comparing B (A.5). -> (A, B, C_mid, R0)."""
+    """Joint least_squares on (A, B, log C_mid[, q]) from start = (A, B, C_mid, R0) -> (A, B, C_mid, R0). A free R0
+    is q*A, q in [0, 1), so 0 <= R0 < A is a box bound. fixed_A pins A: the paper's common-A refit for B (A.5)."""
     A0, B0, C0, R00 = start
     t0, lo, hi = [B0, math.log(C0)], [B_BOUNDS[0], -np.inf], [B_BOUNDS[1], np.inf]
     if fixed_A is None:
@@ -181,37 +155,30 @@ def refine(x, y, start, r0, fixed_A=None):
     def unpack(t):
         k = int(fixed_A is None)  # index of B
         A = t[0] if k else fixed_A
-        B, log_c = t[k], t[k + 1]
-        return A, B, log_c, (t[-1] * A if r0 is None else r0)
+        return A, t[k], t[k + 1], (t[-1] * A if r0 is None else r0)
 
     def residuals(t):
         A, B, log_c, R0 = unpack(t)
         return R0 + (A - R0) * expit(B * (log_x - log_c)) - y
-    t = least_squares(residuals, np.clip(t0, lo, hi), bounds=(lo, hi), x_scale="jac").x
-    A, B, log_c, R0 = unpack(t)
+    A, B, log_c, R0 = unpack(least_squares(residuals, np.clip(t0, lo, hi), bounds=(lo, hi), x_scale="jac").x)
     return float(A), float(B), math.exp(log_c), float(R0)
 
 
 def fit_power_law(x, y):
-    """R = A - D C^-B on the same window (paper A.4), to show how a power law overestimates A
-    at low compute. Start: A grid over (max y, MAX_POWER_LAW_A], where log(A - R) is linear
-    in log C; then least_squares. A may exceed 1: reported as is. -> A."""
+    """A of R = A - D C^-B on the same window (paper A.4: a power law overestimates A at low compute); may exceed 1."""
     log_x = np.log(x)
     A = np.arange(y.max() + A_STEP, MAX_POWER_LAW_A, A_STEP)[:, None]
     z, lx = np.log(A - y), log_x - log_x.mean()
     slope = z @ lx / max(lx @ lx, 1e-12)
-    log_d = z.mean(1) - slope * log_x.mean()
-    sse = ((A - np.exp(log_d[:, None] + slope[:, None] * log_x) - y) ** 2).sum(1)
-    i = sse.argmin()
+    log_d = z.mean(1) - slope * log_x.mean()  # start: on a grid of A, log(A - R) is linear in log C
+    i = ((A - np.exp(log_d[:, None] + slope[:, None] * log_x) - y) ** 2).sum(1).argmin()
     lo, hi = [0.0, 1e-4, -np.inf], [MAX_POWER_LAW_A, 10.0, np.inf]
     t0 = np.clip([A[i, 0], -slope[i], log_d[i]], lo, hi)
-    t = least_squares(lambda t: t[0] - np.exp(t[2] - t[1] * log_x) - y, t0, bounds=(lo, hi)).x
-    return float(t[0])
+    return float(least_squares(lambda t: t[0] - np.exp(t[2] - t[1] * log_x) - y, t0, bounds=(lo, hi)).x[0])
 
 
 def bootstrap_ci(x, y, r0, params, num_resamples, level, seed):
-    """Percentile CIs for A, B, C_mid: resample the fitted points with replacement and refit
-    from the full fit's optimum (fast; explores that optimum's basin, not the whole grid)."""
+    """Percentile CIs for A, B, C_mid: refit resampled points from the full fit's optimum (explores its basin only)."""
     if num_resamples == 0:
         return {}
     rng = np.random.default_rng(seed)  # per run, so a file's CIs don't depend on the others
@@ -222,25 +189,6 @@ def bootstrap_ci(x, y, r0, params, num_resamples, level, seed):
     return {k: [float(lo[j]), float(hi[j])] for j, k in enumerate(("A", "B", "C_mid"))}
 
 
-@dataclass
-class Fit:
-    file: str
-    name: str
-    group: str          # config minus IGNORED_CONFIG_KEYS, as JSON: seeds of one recipe share it
-    x: np.ndarray       # every valid eval point, sorted by x
-    y: np.ndarray
-    in_fit: np.ndarray  # bool mask of the points in the fit window (never x = 0)
-    max_compute: float  # points beyond it are the extrapolation check
-    A: float
-    B: float
-    C_mid: float
-    R0: float
-    r0_observed: bool
-    r2: float
-    power_law_A: float
-    ci: dict            # {"A": [lo, hi], "B": ..., "C_mid": ...}, empty with --bootstrap 0
-
-
 def recipe_key(config, path):
     if config is None:
         return "file:" + str(path)  # no config record: its own group
@@ -249,40 +197,32 @@ def recipe_key(config, path):
 
 
 def load_run(path, args):
-    """Read one log and choose its fit window -> (Fit's data fields as a dict, R0 or None when
-    it must be fitted). Raises OSError or ValueError with a one-line reason (bad input only)."""
+    """Read one log, choose its fit window -> (Fit's data fields, R0 or None if fitted). Raises OSError, ValueError."""
     config, x, y = read_log(path, args.x)
     if len(x) == 0:
         raise ValueError("no usable eval records")
     max_compute = args.fit_fraction * x.max() if args.fit_fraction else args.max_compute
     max_compute = math.inf if max_compute is None else max_compute
-    # x = 0 only sets R0, the paper's "initial reward at 0 training compute" (§1.1); the
-    # model passes through it exactly, so it is not a fitted point
+    # x = 0 only sets R0, the paper's "initial reward at 0 training compute" (§1.1): the model passes through it
     r0 = float(y[x == 0].mean()) if (x == 0).any() else None
     in_fit = (x > 0) & (x <= max_compute)
     if in_fit.any():
-        min_compute = args.min_compute
-        if min_compute is None:
-            min_compute = DEFAULT_MIN_FRACTION * x[in_fit].max()
-        in_fit &= x >= min_compute
-    num_params = 3 if r0 is not None else 4
-    num_distinct = len(np.unique(x[in_fit]))
+        in_fit &= x >= (DEFAULT_MIN_FRACTION * x[in_fit].max() if args.min_compute is None else args.min_compute)
+    num_params, num_distinct = (3 if r0 is not None else 4), len(np.unique(x[in_fit]))
     if num_distinct <= num_params:  # one point more than parameters, so the fit is not exact
-        raise ValueError(f"only {num_distinct} distinct x > 0 in the fit window, need "
-                         f"{num_params + 1} ({'R0 observed' if r0 is not None else 'R0 fitted'})")
+        raise ValueError(f"only {num_distinct} distinct x > 0 in the fit window, need {num_params + 1} "
+                         f"({'R0 observed' if r0 is not None else 'R0 fitted'})")
     if r0 is not None and r0 > 1 - A_STEP:  # leaves A no room above R0
         raise ValueError(f"pass rate is already {r0} at x = 0: nothing to fit")
     # a flat or falling curve (a run that never updates logs exactly this) fits any A with C_mid far beyond the
     # data: its "ceiling" would be an artefact, and ranked first. Where it starts: R0, or its first third
-    yf = y[in_fit]
-    third = max(1, len(yf) // 3)
+    yf, third = y[in_fit], max(1, int(in_fit.sum()) // 3)
     start, end = (r0 if r0 is not None else float(yf[:third].mean())), float(yf[-third:].mean())
     if end - start < MIN_RISE:
         raise ValueError(f"the curve does not rise (from {start:.3f} to {end:.3f} over the fit window): no ceiling to "
                          f"fit; its level is {end:.3f}")
-    name = (config or {}).get("run_name") or Path(path).stem
-    return dict(file=str(path), name=str(name), group=recipe_key(config, path), x=x, y=y,
-                in_fit=in_fit, max_compute=max_compute), r0
+    return dict(file=str(path), name=str((config or {}).get("run_name") or Path(path).stem),
+                group=recipe_key(config, path), x=x, y=y, in_fit=in_fit, max_compute=max_compute), r0
 
 
 def fit_run(run, r0, args):
@@ -293,10 +233,9 @@ def fit_run(run, r0, args):
         warn(f"{run['file']}: fit window ends at {fmt(xf.max())}, before C_mid = {fmt(C_mid)}: "
              "A is barely constrained, train longer or widen the window")
     resid, sst = yf - sigmoid(xf, *params), ((yf - yf.mean()) ** 2).sum()
-    return Fit(**run, A=A, B=B, C_mid=C_mid, R0=R0, r0_observed=r0 is not None,
-               r2=float(1 - resid @ resid / sst) if np.ptp(yf) > 0 else math.nan,  # flat y: no R²
-               power_law_A=fit_power_law(xf, yf),
-               ci=bootstrap_ci(xf, yf, r0, params, args.bootstrap, args.ci, args.seed))
+    r2 = float(1 - resid @ resid / sst) if np.ptp(yf) > 0 else math.nan  # flat y: no R²
+    return Fit(**run, A=A, B=B, C_mid=C_mid, R0=R0, r0_observed=r0 is not None, power_law_A=fit_power_law(xf, yf),
+               r2=r2, ci=bootstrap_ci(xf, yf, r0, params, args.bootstrap, args.ci, args.seed))
 
 
 def refit_B(fit, A):
@@ -306,66 +245,57 @@ def refit_B(fit, A):
 
 
 def compare(fits, margin):
-    """Paper §4, A.5: rank by A; a run more than `margin` below the best has "lower A";
-    within it, refit both at their average A and the higher B is "at least as good in terms
-    of efficient scalability". Per run: seed groups are reported beside it, not pooled.
-    -> [(fit, verdict, refit)] best first; refit is (A_avg, B of this run, B of the best)
-    for within-margin runs, else None."""
+    """Paper §4, A.5: rank by A; a run over `margin` below the best has "lower A", within it both are refit at their
+    average A and the higher B is "at least as good in terms of efficient scalability". -> [(fit, verdict, refit)]."""
     ranked = sorted(fits, key=lambda f: -f.A)
     rows = [(f, "best", None) for f in ranked[:1]]
     for f in ranked[1:]:
-        best = ranked[0]
+        best, A_avg = ranked[0], (ranked[0].A + f.A) / 2
         if best.A - f.A > margin:
             rows.append((f, "lower A", None))
         else:
-            A_avg = (best.A + f.A) / 2
             refit = (A_avg, refit_B(f, A_avg), refit_B(best, A_avg))
-            rows.append((f, "same A within margin, B " + ("better" if refit[1] > refit[2]
-                                                          else "worse"), refit))
+            rows.append((f, f"same A within margin, B {'better' if refit[1] > refit[2] else 'worse'}", refit))
     return rows
 
 
 def seed_groups(fits):
-    """Fitted runs that differ only in IGNORED_CONFIG_KEYS, groups of >= 2 -> {key: stats}.
-    The paper's 0.02 margin comes from 3 seeds whose A varied by at most ±0.015 (A.5)."""
-    groups = {}
+    """Runs that differ only in IGNORED_CONFIG_KEYS, groups of >= 2 -> {key: stats}. The paper's 0.02 margin comes
+    from 3 seeds' A within ±0.015 (A.5); B's spread says how large a B difference between recipes means anything."""
+    groups, stats = {}, {}
     for f in fits:
         groups.setdefault(f.group, []).append(f)
-    return {key: {"runs": [f.name for f in g], "n_runs": len(g),
-                  "A_mean": float(np.mean([f.A for f in g])),
-                  "A_std": float(np.std([f.A for f in g], ddof=1)),  # sample std over seeds
-                  "A_range": float(np.ptp([f.A for f in g])),
-                  # B's spread says how large a B difference between recipes must be to mean anything
-                  "B_mean": float(np.mean([f.B for f in g])), "B_std": float(np.std([f.B for f in g], ddof=1)),
-                  "C_mid_mean": float(np.mean([f.C_mid for f in g])),
-                  "C_mid_std": float(np.std([f.C_mid for f in g], ddof=1))}
-            for key, g in groups.items() if len(g) >= 2}
+    for key, g in groups.items():
+        if len(g) >= 2:  # std is the sample std over seeds
+            A, B, C_mid = ([getattr(f, p) for f in g] for p in ("A", "B", "C_mid"))
+            stats[key] = {"runs": [f.name for f in g], "n_runs": len(g), "A_mean": float(np.mean(A)),
+                          "A_std": float(np.std(A, ddof=1)), "A_range": float(np.ptp(A)), "B_mean": float(np.mean(B)),
+                          "B_std": float(np.std(B, ddof=1)), "C_mid_mean": float(np.mean(C_mid)),
+                          "C_mid_std": float(np.std(C_mid, ddof=1))}
+    return stats
 
 
 def extrapolation(f):
     beyond = f.x > f.max_compute
-    pred = sigmoid(f.x[beyond], f.A, f.B, f.C_mid, f.R0)
     return [{"x": float(a), "predicted": float(p), "actual": float(b), "error": float(p - b)}
-            for a, p, b in zip(f.x[beyond], pred, f.y[beyond])]
+            for a, p, b in zip(f.x[beyond], sigmoid(f.x[beyond], f.A, f.B, f.C_mid, f.R0), f.y[beyond])]
 
 
 def print_json(rows, groups, args):
-    # every run refitted at one common A: the paper's LOO slope comparison (§4, Fig. 7), which compares B between
-    # recipes that share their ceiling. So the median A (a recipe with another ceiling does not drag it), and no
-    # B for a run whose own A is beyond the margin from it (its B refitted there would describe no curve of its)
+    # B at one common A, the paper's LOO comparison of recipes sharing a ceiling (§4, Fig. 7): the median A (another
+    # ceiling does not drag it), and no B for a run with A beyond the margin from it (that B describes no curve of its)
     A_common = float(np.median([f.A for f, _, _ in rows]))
     for f, verdict, refit in rows:
+        xf = f.x[f.in_fit]
+        B_common = f.B if len(rows) == 1 else refit_B(f, A_common) if abs(f.A - A_common) <= args.margin else None
         print(json.dumps({
             "file": f.file, "run": f.name, "A": f.A, "B": f.B, "C_mid": f.C_mid, "R0": f.R0,
-            "R0_observed": f.r0_observed, "r2": f.r2 if math.isfinite(f.r2) else None,
-            "n_points": int(f.in_fit.sum()),
-            "x_key": args.x, "window": [float(f.x[f.in_fit].min()), float(f.x[f.in_fit].max())],
-            "ci_level": args.ci, "A_ci": f.ci.get("A"), "B_ci": f.ci.get("B"),
-            "C_mid_ci": f.ci.get("C_mid"), "power_law_A": f.power_law_A, "verdict": verdict,
+            "R0_observed": f.r0_observed, "r2": f.r2 if math.isfinite(f.r2) else None, "n_points": len(xf),
+            "x_key": args.x, "window": [float(xf.min()), float(xf.max())], "ci_level": args.ci, "A_ci": f.ci.get("A"),
+            "B_ci": f.ci.get("B"), "C_mid_ci": f.ci.get("C_mid"), "power_law_A": f.power_law_A, "verdict": verdict,
             "refit": refit and {"A_avg": refit[0], "B": refit[1], "B_best": refit[2]},
-            "seed_group": groups.get(f.group), "extrapolation": extrapolation(f),
-            "A_common": A_common, "B_at_A_common": f.B if len(rows) == 1 else
-            refit_B(f, A_common) if abs(f.A - A_common) <= args.margin else None}))
+            "seed_group": groups.get(f.group), "extrapolation": extrapolation(f), "A_common": A_common,
+            "B_at_A_common": B_common}))
 
 
 def fmt(v):
@@ -375,16 +305,14 @@ def fmt(v):
 
 def print_tables(rows, groups, args):
     print(f"{'run':<24} {'A':>6} {'B':>6} {'C_mid':>9} {'R0':>7} {'R²':>6} {'n':>4} "
-          f"{'A ' + format(args.ci, '.0%') + ' CI':>16} {'pow A':>6}  verdict vs best "
-          f"(refit B vs best's at common A)")
+          f"{'A ' + format(args.ci, '.0%') + ' CI':>16} {'pow A':>6}  verdict vs best (refit B vs best's at common A)")
     for f, verdict, refit in rows:
         ci = f"[{f.ci['A'][0]:.3f}, {f.ci['A'][1]:.3f}]" if f.ci else "-"
         print(f"{f.name[:24]:<24} {f.A:6.3f} {f.B:6.2f} {fmt(f.C_mid):>9} {f.R0:6.3f}"
-              f"{' ' if f.r0_observed else '*'} {f.r2:6.3f} {int(f.in_fit.sum()):4d} {ci:>16} "
-              f"{f.power_law_A:6.3f}  {verdict}"
-              + (f" ({refit[1]:.2f} vs {refit[2]:.2f} at A={refit[0]:.3f})" if refit else ""))
-    print(f"A margin {args.margin} (paper A.5); * R0 fitted (no x = 0 point); pow A: power-law "
-          f"fit's A on the same window (paper A.4; {MAX_POWER_LAW_A:.3f} is its bound)")
+              f"{' ' if f.r0_observed else '*'} {f.r2:6.3f} {int(f.in_fit.sum()):4d} {ci:>16} {f.power_law_A:6.3f}  "
+              + verdict + (f" ({refit[1]:.2f} vs {refit[2]:.2f} at A={refit[0]:.3f})" if refit else ""))
+    print(f"A margin {args.margin} (paper A.5); * R0 fitted (no x = 0 point); pow A: power-law fit's A on the same "
+          f"window (paper A.4; {MAX_POWER_LAW_A:.3f} is its bound)")
     at_top = [f.name for f, _, _ in rows if f.A > 0.995]
     if at_top:  # a pass rate cannot exceed 1: the data stop before the plateau, and the ranking rests on B
         print(f"A at the top of its range (1) for {', '.join(at_top)}: no plateau in the data yet, so A is an "
@@ -396,50 +324,42 @@ def print_tables(rows, groups, args):
     for f, _, _ in rows:
         xf = f.x[f.in_fit]
         print(f"\n{f.name} ({f.file}): fit on {args.x} in [{fmt(xf.min())}, {fmt(xf.max())}]"
-              + "".join(f", {k} CI [{fmt(lo)}, {fmt(hi)}]" for k, (lo, hi) in f.ci.items()
-                        if k != "A"))
+              + "".join(f", {k} CI [{fmt(lo)}, {fmt(hi)}]" for k, (lo, hi) in f.ci.items() if k != "A"))
         points = extrapolation(f)
         if points:
             print(f"  extrapolation past {args.x} = {fmt(f.max_compute)}, max |error| "
                   f"{max(abs(p['error']) for p in points):.3f}:")
             print(f"    {'x':>10} {'predicted':>9} {'actual':>7} {'error':>7}")
             for p in points:
-                print(f"    {fmt(p['x']):>10} {p['predicted']:9.3f} {p['actual']:7.3f} "
-                      f"{p['error']:+7.3f}")
+                print(f"    {fmt(p['x']):>10} {p['predicted']:9.3f} {p['actual']:7.3f} {p['error']:+7.3f}")
 
 
 def plot(fits, path, x_key):
-    """Observed points (o: fitted, x: not), fit solid over the window and dashed beyond, A
-    dotted. x = 0 points are left off: they cannot sit on a log axis."""
+    """Points (o: fitted, x: not; x = 0 is off a log axis), fit solid, dashed to 1.5x the largest x, A dotted."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
     fig, ax = plt.subplots(figsize=(9, 5.5))
     for i, f in enumerate(fits):
         color, params = plt.get_cmap("tab10" if len(fits) <= 10 else "tab20")(i % 20), (f.A, f.B, f.C_mid, f.R0)
-        other = ~f.in_fit & (f.x > 0)
-        ax.scatter(f.x[f.in_fit], f.y[f.in_fit], s=14, color=color, marker="o")
-        ax.scatter(f.x[other], f.y[other], s=18, color=color, marker="x")
+        for mask, size, marker in ((f.in_fit, 14, "o"), (~f.in_fit & (f.x > 0), 18, "x")):
+            ax.scatter(f.x[mask], f.y[mask], s=size, color=color, marker=marker)
         xf = f.x[f.in_fit]
-        inside = np.geomspace(xf.min(), xf.max(), 200)
-        beyond = np.geomspace(xf.max(), 1.5 * f.x.max(), 100)  # to a bit past the last point
+        inside, beyond = np.geomspace(xf.min(), xf.max(), 200), np.geomspace(xf.max(), 1.5 * f.x.max(), 100)
         ax.plot(inside, sigmoid(inside, *params), "-", color=color,
                 label=f"{f.name}: A={f.A:.3f} B={f.B:.2f} C_mid={f.C_mid:.4g}")
         ax.plot(beyond, sigmoid(beyond, *params), "--", color=color)
         ax.axhline(f.A, color=color, linestyle=":", linewidth=1)
-    from matplotlib.lines import Line2D
     ax.set_xscale("log")
     units = {"gpu_hours": "training compute, device-hours", "step": "optimizer steps",
              "samples": "completions sampled for training (batch x steps)", "tokens": "completion tokens trained on"}
     ax.set_xlabel(f"{units.get(x_key, x_key)} (log scale)")
     ax.set_ylabel("validation pass rate (mean over held-out prompts x samples)")
-    keys = [Line2D([], [], color="gray", marker="o", linestyle="", label="evaluation, fitted"),
-            Line2D([], [], color="gray", marker="x", linestyle="", label="evaluation, held out (not fitted)"),
-            Line2D([], [], color="gray", linestyle="-", label="sigmoid fit (fit window)"),
-            Line2D([], [], color="gray", linestyle="--", label="extrapolation"),
-            Line2D([], [], color="gray", linestyle=":", label="asymptote A")]
-    handles, _ = ax.get_legend_handles_labels()
-    ax.legend(handles=handles + keys, fontsize=7, loc="best")  # where it hides the fewest points
+    keys = [Line2D([], [], color="gray", marker=marker, linestyle=style, label=label) for marker, style, label in
+            [("o", "", "evaluation, fitted"), ("x", "", "evaluation, held out (not fitted)"),
+             (None, "-", "sigmoid fit (fit window)"), (None, "--", "extrapolation"), (None, ":", "asymptote A")]]
+    ax.legend(handles=ax.get_legend_handles_labels()[0] + keys, fontsize=7, loc="best")  # hides the fewest points
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -447,39 +367,35 @@ def plot(fits, path, x_key):
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, as every error of this project, not argparse's usage block
-        print(f"error: {message}", file=sys.stderr)
-        sys.exit(2)
+        self.exit(2, f"error: {message}\n")
 
 
 def build_parser():
     p = _Parser(description=__doc__.split("\n\n")[0].strip(), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("files", nargs="+", help="JSON-lines logs written by train.py, one per run")
-    p.add_argument("--x", default="gpu_hours", help="eval-record key used as compute "
-                   "(gpu_hours, step, samples, tokens, ...); default gpu_hours")
-    p.add_argument("--min-compute", type=float, metavar="X", help="fit only points with x >= X "
-                   f"(absolute, in --x units). Default: {DEFAULT_MIN_FRACTION * 100:g}%% of the "
-                   "largest x in the fit window, "
-                   "a scale-free version of the paper's ~1.5k GPU-h cutoff (about the first "
-                   "epoch, 3-19%% of its 8k-50k fit windows; §2.1, A.6-A.7) that drops the "
-                   "fast, near-linear early rise. The x = 0 point is never fitted, it only sets "
-                   "R0. A run needs 4 distinct fitted points when R0 is observed, else 5")
+    p.add_argument("--x", default="gpu_hours",
+                   help="eval-record key used as compute (gpu_hours, step, samples, tokens, ...); default gpu_hours")
+    p.add_argument("--min-compute", type=float, metavar="X", help="fit only points with x >= X (absolute, in --x "
+                   f"units). Default: {DEFAULT_MIN_FRACTION * 100:g}%% of the largest x in the fit window, a "
+                   "scale-free version of the paper's ~1.5k GPU-h cutoff (about the first epoch, 3-19%% of its "
+                   "8k-50k fit windows; §2.1, A.6-A.7) that drops the fast, near-linear early rise. The x = 0 point "
+                   "is never fitted, it only sets R0. A run needs 4 distinct fitted points when R0 is observed, else 5")
     window = p.add_mutually_exclusive_group()
-    window.add_argument("--max-compute", type=float, metavar="X", help="fit only points with "
-                        "x <= X (absolute); later points are reported as an extrapolation check")
-    window.add_argument("--fit-fraction", type=float, metavar="F", help="set --max-compute "
-                        "to F times each run's largest x, e.g. 0.5 (paper §5: fit on half the "
-                        "budget, extrapolate to the full one)")
-    p.add_argument("--margin", type=float, default=0.02, help="runs whose A differ by more "
-                   "rank by A; within it both are refit at their average A and compared on B. "
-                   "Default 0.02 (paper A.5: 3 seeds' A within ±0.015)")
-    p.add_argument("--bootstrap", type=int, default=200, metavar="N", help="bootstrap resamples "
-                   "for the A, B, C_mid confidence intervals; 0 disables; default 200")
+    window.add_argument("--max-compute", type=float, metavar="X", help="fit only points with x <= X (absolute); "
+                        "later points are reported as an extrapolation check")
+    window.add_argument("--fit-fraction", type=float, metavar="F", help="set --max-compute to F times each run's "
+                        "largest x, e.g. 0.5 (paper §5: fit on half the budget, extrapolate to the full one)")
+    p.add_argument("--margin", type=float, default=0.02, help="runs whose A differ by more rank by A; within it "
+                   "both are refit at their average A and compared on B. Default 0.02 (paper A.5: 3 seeds' A within "
+                   "±0.015)")
+    p.add_argument("--bootstrap", type=int, default=200, metavar="N",
+                   help="bootstrap resamples for the A, B, C_mid confidence intervals; 0 disables; default 200")
     p.add_argument("--ci", type=float, default=0.95, help="confidence level, default 0.95")
     p.add_argument("--seed", type=int, default=0, help="bootstrap RNG seed, default 0")
-    p.add_argument("--json", action="store_true", help="print one JSON object per fitted run "
-                   "per line on stdout instead of tables (messages still go to stderr)")
-    p.add_argument("--plot", metavar="FILE.png", help="also save a log-x plot of all fitted "
-                   "runs (x = 0 points are left off: a log axis cannot show them)")
+    p.add_argument("--json", action="store_true", help="print one JSON object per fitted run per line on stdout "
+                   "instead of tables (messages still go to stderr)")
+    p.add_argument("--plot", metavar="FILE.png", help="also save a log-x plot of all fitted runs (x = 0 points are "
+                   "left off: a log axis cannot show them)")
     return p
 
 
@@ -490,35 +406,30 @@ def main(argv=None):
         parser.error("--fit-fraction must be in (0, 1]")
     if args.bootstrap < 0 or not 0 < args.ci < 1:
         parser.error("--bootstrap must be >= 0 and --ci in (0, 1)")
-    if args.plot:
+    if args.plot:  # checked before any fitting
+        import importlib.util
         suffix = Path(args.plot).suffix.lower().lstrip(".")
+        folder = os.path.dirname(os.path.abspath(args.plot))
         if suffix not in PLOT_FORMATS:
             why = f"cannot draw a .{suffix} file" if suffix else "no file extension"
-            print(f"error: --plot {args.plot}: {why} (give one of .{', .'.join(PLOT_FORMATS[:3])}, ...; the logs "
-                  "come before --plot)", file=sys.stderr)
-            return 2
-        import importlib.util
-        if importlib.util.find_spec("matplotlib") is None:  # before any fitting, as one line
-            print("error: --plot needs matplotlib (pip install matplotlib)", file=sys.stderr)
-            return 2
-        folder = os.path.dirname(os.path.abspath(args.plot))
+            parser.error(f"--plot {args.plot}: {why} (give one of .png, .pdf, .svg, ...; the logs come before --plot)")
+        if importlib.util.find_spec("matplotlib") is None:
+            parser.error("--plot needs matplotlib (pip install matplotlib)")
         if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
-            print(f"error: --plot {args.plot}: {folder} is not a writable folder", file=sys.stderr)
-            return 2
+            parser.error(f"--plot {args.plot}: {folder} is not a writable folder")
     fits = []
     for path in args.files:
         try:
             run, r0 = load_run(path, args)
         except OSError as e:
             warn(f"{path}: cannot read: {e.strerror or e}")
-            continue
         except ValueError as e:
             warn(f"{path}: not fitted: {e}")
-            continue
-        try:
-            fits.append(fit_run(run, r0, args))
-        except (ValueError, RuntimeError, FloatingPointError, np.linalg.LinAlgError) as e:  # a degenerate curve
-            warn(f"{path}: not fitted: the optimizer failed ({type(e).__name__}: {e})")
+        else:
+            try:
+                fits.append(fit_run(run, r0, args))
+            except (ValueError, RuntimeError, FloatingPointError, np.linalg.LinAlgError) as e:  # a degenerate curve
+                warn(f"{path}: not fitted: the optimizer failed ({type(e).__name__}: {e})")
     if not fits:
         warn("error: no file could be fitted")
         return 1
@@ -528,7 +439,7 @@ def main(argv=None):
         try:
             plot([f for f, _, _ in rows], args.plot, args.x)
         except OSError as e:
-            print(f"error: --plot {args.plot}: cannot write the plot ({e.strerror or e})", file=sys.stderr)
+            warn(f"error: --plot {args.plot}: cannot write the plot ({e.strerror or e})")
             return 1
     return 0
 
