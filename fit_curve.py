@@ -41,7 +41,7 @@ PLOT_FORMATS = ("png", "pdf", "svg", "jpg", "jpeg", "eps", "ps", "tif", "tiff", 
 Fit = namedtuple("Fit", "file name group x y in_fit max_compute A B C_mid R0 r0_observed r2 power_law_A ci")
 
 
-def warn(msg):
+def warn(msg):  # messages go to stderr: stdout carries the tables or the JSON lines
     print(msg, file=sys.stderr)
 
 
@@ -129,8 +129,7 @@ def best_b_per_pair(log_x, y, A, log_cmid, r0):
 
 
 def grid_fit(x, y, r0):
-    """Paper A.5 generalised: A on round 0.005 steps over (R0, 1] (a fitted R0 is profiled per pair), C_mid
-    log-spaced around the data, B per pair; keep the lowest SSE. -> (A, B, C_mid, R0)."""
+    """Paper A.5 generalised: A on 0.005 steps over (R0, 1], C_mid log-spaced, B (and a free R0) per pair -> best."""
     A = np.arange(1, round(1 / A_STEP) + 1)[:, None] * A_STEP     # (nA, 1)
     A = A[A[:, 0] > (0 if r0 is None else r0)]
     log_x = np.log(x)
@@ -192,7 +191,8 @@ def bootstrap_ci(x, y, r0, params, num_resamples, level, seed):
 def recipe_key(config, path):
     if config is None:
         return "file:" + str(path)  # no config record: its own group
-    return json.dumps({k: v for k, v in config.items() if k not in IGNORED_CONFIG_KEYS
+    own = {"reward"} if config.get("dataset") in ("toy", "box") else set()  # their own reward; older logs say math
+    return json.dumps({k: v for k, v in config.items() if k not in IGNORED_CONFIG_KEYS | own
                        and not k.endswith(("_dir", "_path"))}, sort_keys=True, default=str)
 
 
@@ -201,8 +201,8 @@ def load_run(path, args):
     config, x, y = read_log(path, args.x)
     if len(x) == 0:
         raise ValueError("no usable eval records")
-    max_compute = args.fit_fraction * x.max() if args.fit_fraction else args.max_compute
-    max_compute = math.inf if max_compute is None else max_compute
+    max_compute = args.fit_fraction * x.max() if args.fit_fraction else (
+        math.inf if args.max_compute is None else args.max_compute)
     # x = 0 only sets R0, the paper's "initial reward at 0 training compute" (§1.1): the model passes through it
     r0 = float(y[x == 0].mean()) if (x == 0).any() else None
     in_fit = (x > 0) & (x <= max_compute)
@@ -214,8 +214,7 @@ def load_run(path, args):
                          f"({'R0 observed' if r0 is not None else 'R0 fitted'})")
     if r0 is not None and r0 > 1 - A_STEP:  # leaves A no room above R0
         raise ValueError(f"pass rate is already {r0} at x = 0: nothing to fit")
-    # a flat or falling curve (a run that never updates logs exactly this) fits any A with C_mid far beyond the
-    # data: its "ceiling" would be an artefact, and ranked first. Where it starts: R0, or its first third
+    # a flat or falling curve fits any A with C_mid beyond the data, an artefact ranked first. Start: R0 or first third
     yf, third = y[in_fit], max(1, int(in_fit.sum()) // 3)
     start, end = (r0 if r0 is not None else float(yf[:third].mean())), float(yf[-third:].mean())
     if end - start < MIN_RISE:
@@ -260,30 +259,30 @@ def compare(fits, margin):
 
 
 def seed_groups(fits):
-    """Runs that differ only in IGNORED_CONFIG_KEYS, groups of >= 2 -> {key: stats}. The paper's 0.02 margin comes
-    from 3 seeds' A within ±0.015 (A.5); B's spread says how large a B difference between recipes means anything."""
+    """Seeds of one recipe (runs differing only in IGNORED_CONFIG_KEYS), groups of >= 2 -> {key: stats} (A.5)."""
     groups, stats = {}, {}
     for f in fits:
         groups.setdefault(f.group, []).append(f)
     for key, g in groups.items():
         if len(g) >= 2:  # std is the sample std over seeds
             A, B, C_mid = ([getattr(f, p) for f in g] for p in ("A", "B", "C_mid"))
-            stats[key] = {"runs": [f.name for f in g], "n_runs": len(g), "A_mean": float(np.mean(A)),
-                          "A_std": float(np.std(A, ddof=1)), "A_range": float(np.ptp(A)), "B_mean": float(np.mean(B)),
-                          "B_std": float(np.std(B, ddof=1)), "C_mid_mean": float(np.mean(C_mid)),
-                          "C_mid_std": float(np.std(C_mid, ddof=1))}
+            stats[key] = {"runs": [f.name for f in g], "n_runs": len(g), "A_range": float(np.ptp(A))}
+            for name, v in (("A", A), ("B", B), ("C_mid", C_mid)):
+                stats[key] |= {f"{name}_mean": float(np.mean(v)), f"{name}_std": float(np.std(v, ddof=1))}
     return stats
 
 
 def extrapolation(f):
-    beyond = f.x > f.max_compute
-    return [{"x": float(a), "predicted": float(p), "actual": float(b), "error": float(p - b)}
-            for a, p, b in zip(f.x[beyond], sigmoid(f.x[beyond], f.A, f.B, f.C_mid, f.R0), f.y[beyond])]
+    """Past the window: the fit's error, its own rise from the window's last point, and persistence's error."""
+    beyond, last = f.x > f.max_compute, np.argmax(np.where(f.in_fit, f.x, -np.inf))
+    at_last, pred = (sigmoid(x, f.A, f.B, f.C_mid, f.R0) for x in (f.x[last], f.x[beyond]))
+    return [{"x": float(a), "predicted": float(p), "actual": float(b), "error": float(p - b),
+             "rise": float(p - at_last), "persistence_error": float(f.y[last] - b)}
+            for a, p, b in zip(f.x[beyond], pred, f.y[beyond])]
 
 
 def print_json(rows, groups, args):
-    # B at one common A, the paper's LOO comparison of recipes sharing a ceiling (§4, Fig. 7): the median A (another
-    # ceiling does not drag it), and no B for a run with A beyond the margin from it (that B describes no curve of its)
+    # B at one common A (the median), as the paper's LOO compares recipes sharing a ceiling (§4, Fig. 7)
     A_common = float(np.median([f.A for f, _, _ in rows]))
     for f, verdict, refit in rows:
         xf = f.x[f.in_fit]
@@ -298,8 +297,7 @@ def print_json(rows, groups, args):
             "B_at_A_common": B_common}))
 
 
-def fmt(v):
-    """Compute values: 2542, 10909, 1.2e+11 (no 1.091e+04)."""
+def fmt(v):  # compute values: 2542, 10909, 1.2e+11 (no 1.091e+04)
     return f"{v:.0f}" if 1e4 <= v < 1e8 else f"{v:.4g}"
 
 
@@ -327,11 +325,14 @@ def print_tables(rows, groups, args):
               + "".join(f", {k} CI [{fmt(lo)}, {fmt(hi)}]" for k, (lo, hi) in f.ci.items() if k != "A"))
         points = extrapolation(f)
         if points:
+            mean_abs = [np.mean([abs(p[k]) for p in points]) for k in ("error", "persistence_error")]
             print(f"  extrapolation past {args.x} = {fmt(f.max_compute)}, max |error| "
-                  f"{max(abs(p['error']) for p in points):.3f}:")
-            print(f"    {'x':>10} {'predicted':>9} {'actual':>7} {'error':>7}")
+                  f"{max(abs(p['error']) for p in points):.3f}; mean |error| {mean_abs[0]:.3f} against "
+                  f"{mean_abs[1]:.3f} for persistence (the window's last evaluation carried forward):\n"
+                  f"    {'x':>10} {'predicted':>9} {'actual':>7} {'error':>7} {'rise':>7} {'persist. error':>14}")
             for p in points:
-                print(f"    {fmt(p['x']):>10} {p['predicted']:9.3f} {p['actual']:7.3f} {p['error']:+7.3f}")
+                print(f"    {fmt(p['x']):>10} {p['predicted']:9.3f} {p['actual']:7.3f} {p['error']:+7.3f} "
+                      f"{p['rise']:+7.3f} {p['persistence_error']:+14.3f}")
 
 
 def plot(fits, path, x_key):
@@ -373,13 +374,13 @@ class _Parser(argparse.ArgumentParser):
 def build_parser():
     p = _Parser(description=__doc__.split("\n\n")[0].strip(), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("files", nargs="+", help="JSON-lines logs written by train.py, one per run")
-    p.add_argument("--x", default="gpu_hours",
-                   help="eval-record key used as compute (gpu_hours, step, samples, tokens, ...); default gpu_hours")
-    p.add_argument("--min-compute", type=float, metavar="X", help="fit only points with x >= X (absolute, in --x "
-                   f"units). Default: {DEFAULT_MIN_FRACTION * 100:g}%% of the largest x in the fit window, a "
-                   "scale-free version of the paper's ~1.5k GPU-h cutoff (about the first epoch, 3-19%% of its "
-                   "8k-50k fit windows; §2.1, A.6-A.7) that drops the fast, near-linear early rise. The x = 0 point "
-                   "is never fitted, it only sets R0. A run needs 4 distinct fitted points when R0 is observed, else 5")
+    p.add_argument("--x", default="gpu_hours", help="eval-record key used as compute (gpu_hours, step, samples, "
+                   "tokens, ...); default gpu_hours")
+    p.add_argument("--min-compute", type=float, metavar="X", help=(
+        f"fit only points with x >= X (absolute, in --x units). Default: {DEFAULT_MIN_FRACTION * 100:g}%% of the "
+        "largest x in the fit window, a scale-free version of the paper's ~1.5k GPU-h cutoff (about the first epoch, "
+        "3-19%% of its 8k-50k fit windows; §2.1, A.6-A.7) that drops the fast, near-linear early rise. The x = 0 "
+        "point is never fitted, it only sets R0. A run needs 4 distinct fitted points when R0 is observed, else 5"))
     window = p.add_mutually_exclusive_group()
     window.add_argument("--max-compute", type=float, metavar="X", help="fit only points with x <= X (absolute); "
                         "later points are reported as an extrapolation check")
@@ -408,8 +409,7 @@ def main(argv=None):
         parser.error("--bootstrap must be >= 0 and --ci in (0, 1)")
     if args.plot:  # checked before any fitting
         import importlib.util
-        suffix = Path(args.plot).suffix.lower().lstrip(".")
-        folder = os.path.dirname(os.path.abspath(args.plot))
+        suffix, folder = Path(args.plot).suffix.lower().lstrip("."), os.path.dirname(os.path.abspath(args.plot))
         if suffix not in PLOT_FORMATS:
             why = f"cannot draw a .{suffix} file" if suffix else "no file extension"
             parser.error(f"--plot {args.plot}: {why} (give one of .png, .pdf, .svg, ...; the logs come before --plot)")

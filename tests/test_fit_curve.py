@@ -332,3 +332,23 @@ def test_memory_and_device_layout_flags_do_not_split_a_recipe():
            "micro_batch_tokens": 4096}
     assert fit_curve.recipe_key(old, "a") == fit_curve.recipe_key(new, "b")
     assert fit_curve.recipe_key(old, "a") != fit_curve.recipe_key({**old, "batch": 384}, "a")
+    toy_then, toy_now = {**old, "dataset": "toy", "reward": "math"}, {**old, "dataset": "toy", "reward": "boxed_exact"}
+    assert fit_curve.recipe_key(toy_then, "a") == fit_curve.recipe_key(toy_now, "b")  # graded by its own reward
+    gsm = {**old, "dataset": "gsm8k"}
+    assert fit_curve.recipe_key({**gsm, "reward": "math"}, "a") != fit_curve.recipe_key({**gsm, "reward": "exact"}, "a")
+
+
+def test_an_extrapolation_reports_the_fits_own_rise_and_persistence(tmp_path):
+    """Fitted up to C_mid, a curve still has half its gain ahead: the fit must say so (rise) and beat carrying its
+    last in-window evaluation forward (persistence); fitted on the plateau, its rise is ~0 and persistence is as good."""
+    A, B, C_mid = TABLE1["scalerl"]
+    log = write_log(tmp_path / "r.jsonl", A, B, C_mid, budget=6.0, sigma=0.002)
+    mid = fit_curve.extrapolation(fit_file(log, "--max-compute", str(1.5 * C_mid)))
+    late = fit_curve.extrapolation(fit_file(log, "--fit-fraction", "0.8"))
+    assert mid[-1]["rise"] > 0.05 and mid[-1]["persistence_error"] < -0.05  # persistence misses what is still to come
+    assert np.mean([abs(p["error"]) for p in mid]) < np.mean([abs(p["persistence_error"]) for p in mid])
+    assert abs(late[-1]["rise"]) < 0.01 and abs(late[-1]["persistence_error"]) < 0.02
+    for p in mid:
+        assert p["error"] == pytest.approx(p["predicted"] - p["actual"])
+    proc = run_cli(log, "--max-compute", 1.5 * C_mid, "--bootstrap", "0")
+    assert "persist. error" in proc.stdout and "for persistence" in proc.stdout
