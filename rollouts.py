@@ -28,6 +28,11 @@ from devices import Layout
 from generate import Generator, Group, Progress
 
 
+class TrainingSetSolved(RuntimeError):
+    """No-Positive-Resampling has retired every training prompt: the policy solves them all, nothing is left to
+    learn from (train.py then evaluates, checkpoints and stops; --no_npr keeps sampling them)."""
+
+
 class PromptSampler:
     """Epochs over the training prompts, each in a fresh seeded order, with No-Positive-Resampling (paper
     §3.2(d), Polaris): a prompt whose most recent group reached a pass rate >= npr_threshold is retired and
@@ -52,8 +57,8 @@ class PromptSampler:
     def _order(self) -> list[int]:
         order = [i for i in range(len(self.rows)) if i not in self.retired]
         if not order:
-            raise RuntimeError(f"No-Positive-Resampling retired all {len(self.rows)} training prompts: "
-                               "the policy solves the whole training set (use --no_npr to keep sampling them)")
+            raise TrainingSetSolved(f"No-Positive-Resampling retired all {len(self.rows)} training prompts: the "
+                                    "policy solves the whole training set (--no_npr keeps sampling them)")
         random.Random(self.seed * 1_000_003 + self.epoch).shuffle(order)
         return order
 
@@ -235,13 +240,20 @@ class Rollouts:
         self.graded: list[Group] = []  # graded since the last step: their pass rates go to NPR
         self.t_grade = 0.0  # seconds spent grading in the last next_batch
         self.ungraded = 0  # completions marked wrong in the last next_batch for lack of grading time
+        self.solved = ""  # why next_batch returned None: NPR retired every training prompt
 
-    def next_batch(self) -> list[Group]:
+    def next_batch(self) -> list[Group] | None:
+        """This rank's graded groups for one step; None once NPR has retired every training prompt (the same step
+        on every rank: their samplers are identical)."""
         self.t_grade = 0.0
         before = ungraded(self.grade_fn)
         if hasattr(self.grade_fn, "new_budget"):  # a grader with a time bound per step (rewards.MathGrader)
             self.grade_fn.new_budget()
-        groups = self.schedule.next_batch(self)
+        try:
+            groups = self.schedule.next_batch(self)
+        except TrainingSetSolved as e:
+            self.solved = str(e)
+            return None
         self.ungraded = ungraded(self.grade_fn) - before
         self.sampler.observe(self.graded)  # NPR sees every rank's graded groups (a collective)
         self.graded = []

@@ -384,6 +384,14 @@ while True:
     # --- draw prompts, generate G completions each, grade them (rollouts.py: the schedule of §3.1, NPR §3.2(d))
     with timer("generate"):
         groups = guarded(rollouts.next_batch, "generation", step + 1)
+    if groups is None:  # NPR retired every training prompt (§3.2(d)): nothing left to learn from, so the run ends
+        print0(f"stopping at step {step}: {rollouts.solved}")
+        log({"kind": "stop", "step": step, "reason": rollouts.solved})
+        if cfg.eval_every != -1 and step % cfg.eval_every:
+            run_evaluation(step)
+        with clock.paused():
+            save_checkpoint()
+        break
     trained_version = gen.version  # the weights this step's gradient is computed with
     gen.sleep()  # sync and PPO on GPU: the engine frees its memory for the trainer (nothing is in flight)
 

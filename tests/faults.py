@@ -8,6 +8,8 @@ as `python train.py` would. Used by conftest.run_train when a test passes SCALER
     SCALERL_FAULT_NODES=2          the ranks pretend to be on 2 machines (LOCAL_WORLD_SIZE, LOCAL_RANK): HSDP
     SCALERL_FAULT_DISK_FULL=2      the disk is full while the second checkpoint is written (its optimizer.pt)
     SCALERL_FAULT_UNSHARED=1       rank 1 sees another --out_dir than rank 0's (as on a machine without shared storage)
+    SCALERL_FAULT_SOLVED=3         from step 3 on, every graded prompt counts as solved: NPR retires the whole training
+                                   set within an epoch
     SCALERL_FAULT_FORK_SCHEDULE=1  a fork's schedule, --mode hoard: it generates two steps' worth at once and holds
                                    the second in Schedule.held (nothing else tells a checkpoint about those prompts)
 
@@ -117,6 +119,22 @@ class Hoard(rollouts.Schedule):
         return batch
 
 
+solved_step = int(os.environ.get("SCALERL_FAULT_SOLVED", "0"))
+record = rollouts.PromptSampler.record
+
+
+def solving_record(self, prompt_idx, pass_rate):
+    record(self, prompt_idx, 1.0 if calls["next_batch"] >= solved_step else pass_rate)
+
+
+def counting_next_batch(self):
+    calls["next_batch"] += 1
+    return next_batch(self)
+
+
+if solved_step:
+    rollouts.PromptSampler.record = solving_record
+    rollouts.Rollouts.next_batch = counting_next_batch
 if os.environ.get("SCALERL_FAULT_FORK_SCHEDULE"):
     rollouts.SCHEDULES["hoard"] = Hoard
 if sync_step:

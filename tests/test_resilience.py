@@ -168,6 +168,24 @@ def test_a_forks_schedule_that_holds_groups_keeps_their_prompts_across_a_resume(
     assert not set(first[1]) & set(first[2])
 
 
+def test_a_run_whose_training_set_is_solved_stops_cleanly(tmp_path, toy_path, run_name):
+    """Once No-Positive-Resampling has retired every training prompt (here: all counted as solved from step 1, on a
+    35-prompt file), the run evaluates, checkpoints and ends with status 0 and a "stop" record, not an error."""
+    name = run_name("solved")
+    proc = run_train("--dataset", os.path.join(ROOT, "tests", "fixtures", "arithmetic.jsonl"), "--mode", "sync",
+                     "--batch", "32", "--group", "8", "--max_steps", "20", "--eval_every", "4", "--eval_prompts", "3",
+                     "--eval_samples", "2", "--save_every", "-1", "--log_dir", str(tmp_path), "--run_name", name,
+                     env={"SCALERL_FAULT_SOLVED": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"})
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    records = [json.loads(line) for line in open(tmp_path / f"{name}.jsonl")]
+    stop = [r for r in records if r["kind"] == "stop"]
+    trained = [r for r in records if r["kind"] == "train"]
+    assert len(stop) == 1 and 9 <= stop[0]["step"] == len(trained) < 20  # 35 prompts, 4 a step: about 2 epochs
+    assert "retired all 35 training prompts" in stop[0]["reason"] and f"stopping at step {len(trained)}" in proc.stdout
+    assert [r["step"] for r in records if r["kind"] == "eval"][-1] == len(trained)  # a final evaluation
+    assert os.path.isdir(os.path.join(OUT, name, f"ckpt-{len(trained):06d}"))
+
+
 def test_half_written_checkpoint_is_skipped(tmp_path, toy_path, run_name):
     name = run_name()
     args = [*SYNC, "--log_dir", str(tmp_path), "--run_name", name]
