@@ -77,12 +77,21 @@ NUMBER = re.compile(r"(?<![\d.])-?\d+(?:\.\d+)?")  # 12, -3, 0.5; in "12-9" the 
 THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")  # the comma of 1,000
 
 
+OPERATORS = tuple("+-*/×÷=^") + ("plus", "minus", "times", "and", "divided", "multiplied", "over")
+
+
 def last_number(completion: str, thinking: bool) -> str | None:
     """The last number written in the answer part, or None (--reward last_number): how a person reads a short
-    worked answer ("7 + 5 = 12"). One linear regex scan of text bounded by the token budget."""
+    worked answer ("7 + 5 = 12"). An answer that leads with another number ("26 (23 + 6 = 29)") states two
+    results: None, as for boxes that disagree. One linear regex scan of text bounded by the token budget."""
     part = answer_part(completion, thinking)
-    numbers = NUMBER.findall(THOUSANDS.sub("", part)) if part is not None else []
-    return numbers[-1] if numbers else None
+    part = THOUSANDS.sub("", part).lstrip() if part is not None else ""
+    numbers = list(NUMBER.finditer(part))
+    if not numbers:
+        return None
+    lead, last = numbers[0], numbers[-1].group()
+    leads_with_a_result = lead.start() == 0 and not part[lead.end():].lstrip().lower().startswith(OPERATORS)
+    return None if leads_with_a_result and not same_number(lead.group(), last) else last
 
 
 def same_number(text: str | None, answer: str) -> bool:
@@ -294,8 +303,8 @@ class MathGrader:
 @dataclass(frozen=True)
 class Reward:
     make: Callable  # (cfg, tokenizer) -> grade(completions, answers) -> rewards
-    extract: Callable  # (completion, thinking) -> the answer it gives, or None: a format failure, counted apart
     instruction: str = ""  # appended to the prompts of datasets that do not say how to answer (not generated tasks)
+    extract: Callable | None = None  # (completion, thinking) -> its answer, or None: evaluations count those apart
 
 
 def math_grader(cfg, tokenizer):
@@ -316,8 +325,8 @@ def last_number_grader(cfg, tokenizer):
 
 
 REWARDS = {
-    "math": Reward(math_grader, final_answer, MATH_INSTRUCTION),  # math-verify: the last \boxed{} equals the answer
-    "exact": Reward(exact_grader, first_line),  # the final answer's first line is the answer's text
-    "boxed_exact": Reward(boxed_exact_grader, final_answer, MATH_INSTRUCTION),  # the last \boxed{} holds the answer
-    "last_number": Reward(last_number_grader, last_number),  # the last number written is the answer
+    "math": Reward(math_grader, MATH_INSTRUCTION, final_answer),  # math-verify: the last \boxed{} equals the answer
+    "exact": Reward(exact_grader, extract=first_line),  # the final answer's first line is the answer's text
+    "boxed_exact": Reward(boxed_exact_grader, MATH_INSTRUCTION, final_answer),  # the last \boxed{} holds the answer
+    "last_number": Reward(last_number_grader, extract=last_number),  # the last number written is the answer
 }

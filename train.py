@@ -165,8 +165,8 @@ try:
 except data.DataError as e:
     fail(str(e))
 # the answer a completion gives in the reward's form, or None: evaluations count format failures apart
-extract_answer = functools.partial(rewards.REWARDS[cfg.reward].extract,
-                                   thinking=rewards.prompt_opens_thinking(tokenizer))
+reward = rewards.REWARDS[cfg.reward]
+extract_answer = reward.extract and functools.partial(reward.extract, thinking=rewards.prompt_opens_thinking(tokenizer))
 phrase_tokens = len(tokenizer(rewards.INTERRUPT_PHRASE, add_special_tokens=False)["input_ids"])
 if cfg.vllm_max_len(phrase_tokens) > context:
     fail(f"prompt {cfg.prompt_max_tokens} + thinking {cfg.think_max_tokens} + phrase {phrase_tokens} + answer "
@@ -272,7 +272,7 @@ def run_evaluation(step: int):
     log({"kind": "eval", "step": step, "gpu_hours": clock.hours, "samples": state["samples"], "tokens": state["tokens"],
          "pass_rate": ev["correct"] / n, "pass_rate_se": ev["variance_sum"] ** 0.5 / ev["prompts"],
          "eval_truncation_rate": ev["truncated"] / n, "eval_ungraded": int(ev["ungraded"]),
-         "eval_answered_rate": ev["answered"] / n,  # completions giving an answer in the reward's form, right or not
+         "eval_answered_rate": ev["answered"] / n if "answered" in ev else None,  # an answer in the reward's form
          "eval_completion_tokens": ev["completion_tokens"] / n, "eval_samples": int(n), "t_eval": time.time() - t0})
     print0(f"eval step {step}: pass rate {ev['correct'] / n:.3f} on {int(n)} samples ({time.time() - t0:.1f}s)")
 

@@ -212,3 +212,16 @@ def test_last_number_reads_a_worked_answer_as_a_person_would():
     assert rewards.grade_last_number(["12 </think> 13"], ["13"], thinking=True) == [1.0]  # the answer part only
     assert rewards.grade_last_number(["12 still thinking"], ["12"], thinking=True) == [-1.0]
     assert rewards.last_number("9" * 100_000 + " = 5", False) == "5"  # one linear scan, whatever the text
+    assert rewards.last_number("9" * 100_000 + " is 5", False) is None  # leads with another result
+
+
+def test_last_number_refuses_an_answer_that_leads_with_another_result():
+    """Found reading 50 completions of the SmolLM2 sums run's last step (README): "26 inches (23 + 6 = 29 inches)."
+    was graded right; a person reads its answer as 26. A completion that leads with a number states it as its
+    result, and two results that differ are a hedge, as two different boxes are."""
+    grade = lambda c, a="29": rewards.grade_last_number([c], [a], thinking=False)[0]  # noqa: E731
+    assert grade("26 inches (23 + 6 = 29 inches).") == -1.0
+    assert rewards.last_number("26 inches (23 + 6 = 29 inches).", False) is None  # counted as no answer
+    assert grade("29 (23 + 6 = 29).") == grade("29") == grade("29. Because 23 + 6 = 29.") == 1.0
+    assert grade("23 + 6 = 29.") == grade("23 plus 6 equals 29.") == grade("23 and 6 make 29.") == 1.0
+    assert grade("  23 * 1 + 6 = 29") == grade("-1 + 30 = 29") == 1.0

@@ -159,7 +159,7 @@ def test_registries_are_the_only_place_to_add_a_choice():
             "c = config.parse_args(['--loss', 'mine', '--mode', 'mysched', '--k', '1', '--reward', 'myreward', "
             "'--model', 'org/model', '--dataset', 'gsm8k']); "
             "print(c.loss, c.mode, c.reward, sorted(losses.hyperparameters('mine', c))); "
-            "print('{math,exact,boxed_exact,myreward}' in config.parser().format_help())")
+            "print('{math,exact,boxed_exact,last_number,myreward}' in config.parser().format_help())")
     import subprocess
     import sys
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
