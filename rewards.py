@@ -77,7 +77,7 @@ NUMBER = re.compile(r"(?<![\d.])-?\d+(?:\.\d+)?")  # 12, -3, 0.5; in "12-9" the 
 THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")  # the comma of 1,000
 
 
-OPERATORS = tuple("+-*/×÷=^") + ("plus", "minus", "times", "and", "divided", "multiplied", "over")
+OPERATORS = tuple("+-*/×÷=^") + ("x ", "plus", "minus", "times", "and", "divided", "multiplied", "over")
 
 
 def last_number(completion: str, thinking: bool) -> str | None:

@@ -224,4 +224,4 @@ def test_last_number_refuses_an_answer_that_leads_with_another_result():
     assert rewards.last_number("26 inches (23 + 6 = 29 inches).", False) is None  # counted as no answer
     assert grade("29 (23 + 6 = 29).") == grade("29") == grade("29. Because 23 + 6 = 29.") == 1.0
     assert grade("23 + 6 = 29.") == grade("23 plus 6 equals 29.") == grade("23 and 6 make 29.") == 1.0
-    assert grade("  23 * 1 + 6 = 29") == grade("-1 + 30 = 29") == 1.0
+    assert grade("  23 * 1 + 6 = 29") == grade("-1 + 30 = 29") == grade("29 x 1 = 29") == 1.0
