@@ -114,6 +114,8 @@ class Config:
 
     # --- evaluation (paper §2.1: mean@16 on 1,000 held-out prompts every 100 steps) ---
     eval_every: int = 100  # steps; -1 disables (step 0 is always evaluated unless disabled)
+    eval_growth: float = 1.0  # > 1: log-spaced, each evaluation at least eval_every steps and this factor (in
+    #                           steps) after the last, so a rise early in the run is sampled (1.25: ~10 a decade)
     eval_prompts: int = 1000  # at most this many (all of a smaller validation split unless typed explicitly)
     eval_samples: int = 16  # completions per held-out prompt (mean@16)
 
@@ -134,23 +136,34 @@ class Config:
     def prompts_per_step(self) -> int:
         return self.batch // self.group
 
+    def eval_steps(self) -> set:
+        """The steps evaluated: 0, then eval_every apart (eval_growth 1) or log-spaced, and max_steps."""
+        if self.eval_every == -1:
+            return set()
+        steps, step = {0, self.max_steps}, 0
+        while step < self.max_steps:
+            step = max(step + self.eval_every, math.ceil(step * self.eval_growth))
+            steps.add(min(step, self.max_steps))
+        return steps
+
 
 # The toy run: a ~1M-parameter model on a generated arithmetic task (toy.py), on a 2-core CPU. Only what the
 # scale forces differs from the paper:
-#   * a smaller batch (16 prompts x 8) and budgets of tens of tokens: 32-40 thinking tokens fit short sums and
-#     no long one, which sets the toy's ceiling (toy.py); 7 answer tokens hold \boxed{NN} and EOS, so nothing
-#     can be computed after an interruption;
-#   * a higher learning rate with a shorter warm-up, for a tiny model;
-#   * 200 steps: the pass rate rises and then stays flat, so a fit on the first half of the compute can be
-#     checked against the end (the paper's protocol);
-#   * evaluation of all 1,000 held-out prompts x 3 samples every 10 steps: a standard error under 0.01 a point.
+#   * a smaller batch (16 prompts x 8) and budgets of tens of tokens: 40-48 thinking tokens fit sums of up to 6
+#     terms and no sum of 8 or 9, which sets the toy's ceiling (toy.py); 7 answer tokens hold \boxed{NN} and EOS,
+#     so nothing can be computed after an interruption;
+#   * a higher learning rate for a tiny model, with the warm-up the paper's share of the run (100 of ~1.7k steps);
+#   * 200 steps, about 7 x the rise's midpoint C_mid (~step 30), so a fit on the rise can be checked against the
+#     plateau (the paper's protocol);
+#   * evaluation of all 1,000 held-out prompts x 2 samples (a standard error of ~0.011 a point), log-spaced: every
+#     2 steps at first, then 25% further each time (19 in all), so the rise is sampled as densely as the plateau.
 # The dtype is auto: float32 on a CPU, where most chips (AVX2 without AVX512-BF16 or AMX) emulate bf16 matmuls
 # at a fraction of fp32's speed; in fp32 the FP32 LM head changes nothing, and `--dtype bfloat16` gives the
-# paper's bf16 body. How these values were chosen, with the runs: docs/measurements.md.
+# paper's bf16 body. How these values were chosen, with the runs: docs/study.md.
 TOY = dict(
-    batch=128, group=8, max_steps=200, lr=3e-5, warmup_steps=20,
-    prompt_max_tokens=48, think_min_tokens=32, think_max_tokens=40, answer_max_tokens=7,
-    eval_every=10, eval_prompts=1000, eval_samples=3, save_every=50, micro_batch_tokens=2048,
+    batch=128, group=8, max_steps=200, lr=1e-4, warmup_steps=10,
+    prompt_max_tokens=48, think_min_tokens=40, think_max_tokens=48, answer_max_tokens=7,
+    eval_every=2, eval_growth=1.25, eval_prompts=1000, eval_samples=2, save_every=50, micro_batch_tokens=2048,
 )
 # Flags whose choices are a registry: an entry added there is a choice here.
 REGISTRIES = {"loss": losses.LOSSES, "mode": rollouts.SCHEDULES, "reward": rewards.REWARDS}
@@ -314,6 +327,8 @@ def validate(cfg: Config) -> None:
             bad(f"--{name} must be a positive number of steps or -1 (disabled), got {getattr(cfg, name)}")
     if not 1 <= cfg.think_min_tokens <= cfg.think_max_tokens:
         bad(f"need 1 <= --think_min_tokens <= --think_max_tokens, got {cfg.think_min_tokens} > {cfg.think_max_tokens}")
+    if not 1 <= cfg.eval_growth <= 10:
+        bad(f"--eval_growth is a factor in [1, 10], got {cfg.eval_growth}")
     if not 0 < cfg.npr_threshold <= 1:
         bad(f"--npr_threshold is a pass rate in (0, 1], got {cfg.npr_threshold}")
     if cfg.weight_decay < 0 or cfg.adam_eps <= 0:

@@ -372,10 +372,12 @@ rollouts = Rollouts(gen, sampler, grade, cfg, layout)
 # -----------------------------------------------------------------------------------------------------------
 # the loop
 interrupt.in_loop = True
+eval_steps = cfg.eval_steps()
 while True:
     step = state["step"]
-    # --- evaluate: mean pass rate on held-out prompts (paper §2.1), at step 0, every eval_every steps, at the end
-    if cfg.eval_every != -1 and (step % cfg.eval_every == 0 or step == cfg.max_steps):
+    # --- evaluate: mean pass rate on held-out prompts (paper §2.1), at step 0, then eval_every (log-spaced with
+    # eval_growth) and at the end
+    if step in eval_steps:
         run_evaluation(step)
     if step >= cfg.max_steps:
         break
@@ -387,7 +389,7 @@ while True:
     if groups is None:  # NPR retired every training prompt (§3.2(d)): nothing left to learn from, so the run ends
         print0(f"stopping at step {step}: {rollouts.solved}")
         log({"kind": "stop", "step": step, "reason": rollouts.solved})
-        if cfg.eval_every != -1 and step % cfg.eval_every:
+        if cfg.eval_every != -1 and step not in eval_steps:
             run_evaluation(step)
         with clock.paused():
             save_checkpoint()
