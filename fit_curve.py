@@ -4,10 +4,12 @@ pass rate vs training compute, extrapolate it beyond the fit window and rank rec
     R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B)
 
 A is the ceiling (asymptotic pass rate); B (steepness) and C_mid (compute at half the gain) are efficiency. Points:
-the "eval" records of train.py's logs (x = gpu_hours by default, y = pass_rate). Needs numpy and scipy, no torch.
+the "eval" records of train.py's logs (x = samples, completions drawn, by default; y = pass_rate). Needs numpy and
+scipy, no torch.
 
     python fit_curve.py logs/*.jsonl --plot curves.png   # ranked table and a log-x plot (--json: a JSON line per run)
     python fit_curve.py logs/*.jsonl --fit-fraction 0.5  # fit on half, check the other half
+    python fit_curve.py logs/*.jsonl --fit-to-cmid 1.5   # fit up to 1.5 C_mid: does the rise predict the plateau?
 """
 import argparse
 import json
@@ -24,21 +26,23 @@ from scipy.special import expit
 
 # config keys that change no result (from micro_batch_tokens on: config.py's memory, device-layout, reliability knobs)
 IGNORED_CONFIG_KEYS = {"seed", "run_name", "log_dir", "out_dir", "resume", "wandb", "dump_every", "eval_every",
-                       "save_every", "keep_checkpoints", "micro_batch_tokens", "vllm_memory", "vllm_kv_cache_gib",
-                       "max_bad_steps", "logprob_chunk_tokens", "activation_checkpointing", "tp"}
+                       "eval_growth", "save_every", "keep_checkpoints", "micro_batch_tokens", "vllm_memory",
+                       "vllm_kv_cache_gib", "max_bad_steps", "logprob_chunk_tokens", "activation_checkpointing", "tp"}
 A_STEP = 0.005                          # paper A.5 grid step for A
 NUM_CMID = 80                           # log-spaced C_mid values from x_min/10 to 100*x_max
 CMID_RANGE = (0.1, 100.0)               # C_mid grid span, relative to the window's x range
 B_GRID = np.geomspace(0.02, 50.0, 48)   # coarse B values, 18% apart; Table 1 has 1.09-2.44
 NUM_GOLDEN_ITERS = 16                   # golden-section steps: B to ~0.02% before refining
 B_BOUNDS = (1e-3, 100.0)                # B > 0; above ~100 the curve is a step at C_mid
-DEFAULT_MIN_FRACTION = 0.1              # default window start, relative to the window's max x
 MAX_POWER_LAW_A = 2.0                   # power-law A is unbounded in principle (paper A.4)
 MIN_RISE = 0.005                        # a curve that rises less than this (pass rate) has no ceiling to fit
 PLOT_FORMATS = ("png", "pdf", "svg", "jpg", "jpeg", "eps", "ps", "tif", "tiff", "webp")
+UNITS = {"gpu_hours": "training compute, device-hours", "step": "optimizer steps", "tokens": "completion tokens "
+         "trained on", "samples": "completions sampled for training (batch x steps)"}
 # one fitted run. group: config minus IGNORED_CONFIG_KEYS as JSON, shared by seeds of one recipe; x, y: all valid
 # evals, by x; in_fit: the fit window (never x = 0); past max_compute: the extrapolation check; ci: {"A": [lo, hi], ...}
-Fit = namedtuple("Fit", "file name group x y in_fit max_compute A B C_mid R0 r0_observed r2 power_law_A ci")
+# late: the window with the early cut twice as late, A_late its A (None: too few points)
+Fit = namedtuple("Fit", "file name group x y in_fit late max_compute A B C_mid R0 r0_observed r2 power_law_A ci A_late")
 
 
 def warn(msg):  # messages go to stderr: stdout carries the tables or the JSON lines
@@ -46,8 +50,8 @@ def warn(msg):  # messages go to stderr: stdout carries the tables or the JSON l
 
 
 def read_log(path, x_key):
-    """-> (config record or None, x, y sorted by x). Bad lines are skipped with a warning; a repeated step (a resumed
-    run re-evaluating) keeps its last record. Raises OSError."""
+    """-> (config record or None, x, y, step sorted by x). Bad lines are skipped with a warning; a repeated step (a
+    resumed run re-evaluating) keeps its last record. Raises OSError."""
     def number(v):
         return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
     config, evals = None, []
@@ -62,8 +66,7 @@ def read_log(path, x_key):
             if not isinstance(rec, dict):
                 warn(f"{path}:{line_num}: not a JSON object (truncated write?), skipped")
                 continue
-            if rec.get("kind") == "config" and config is None:
-                config = rec
+            config = config or (rec if rec.get("kind") == "config" else None)
             if rec.get("kind") != "eval":
                 continue
             x, y = rec.get(x_key), rec.get("pass_rate")
@@ -71,19 +74,20 @@ def read_log(path, x_key):
                 warn(f"{path}:{line_num}: eval record needs finite {x_key} >= 0 and pass_rate in [0, 1], "
                      f"got {x!r} and {y!r}, skipped")
                 continue
-            evals.append((rec.get("step"), (x, y)))
+            step = rec.get("step")
+            evals.append((step, (x, y, step if isinstance(step, int) else math.inf)))
     by_step = {step: p for step, p in evals if isinstance(step, int)}  # the last record of each step
-    num_repeats = sum(isinstance(step, int) for step, _ in evals) - len(by_step)
-    if num_repeats:
-        warn(f"{path}: {num_repeats} eval records repeat an earlier step (resumed run?), kept the last of each")
+    if sum(isinstance(step, int) for step, _ in evals) > len(by_step):
+        warn(f"{path}: {sum(isinstance(s, int) for s, _ in evals) - len(by_step)} eval records repeat an earlier "
+             "step (resumed run?), kept the last of each")
     by_order = [by_step[k] for k in sorted(by_step)]
     drops = [(a, b) for a, b in zip(by_order, by_order[1:]) if b[0] < a[0]]
     if drops:
         warn(f"{path}: {x_key} decreases {len(drops)} time(s) as steps increase (first {drops[0][0][0]:.4g} -> "
              f"{drops[0][1][0]:.4g}): a clock reset or two runs in one log? Points are fitted in {x_key} order")
     points = sorted(list(by_step.values()) + [p for step, p in evals if not isinstance(step, int)])
-    x, y = (np.array(v, dtype=float) for v in zip(*points)) if points else (np.zeros(0),) * 2
-    return config, x, y
+    x, y, steps = (np.array(v, dtype=float) for v in zip(*points)) if points else (np.zeros(0),) * 3
+    return config, x, y, steps
 
 
 def sigmoid(x, A, B, C_mid, R0):
@@ -183,8 +187,7 @@ def bootstrap_ci(x, y, r0, params, num_resamples, level, seed):
     rng = np.random.default_rng(seed)  # per run, so a file's CIs don't depend on the others
     draws = np.array([refine(x[i], y[i], params, r0) for i in
                       (rng.integers(0, len(x), len(x)) for _ in range(num_resamples))])
-    tail = 100 * (1 - level) / 2
-    lo, hi = np.percentile(draws[:, :3], [tail, 100 - tail], axis=0)
+    lo, hi = np.percentile(draws[:, :3], [50 * (1 - level), 100 - 50 * (1 - level)], axis=0)
     return {k: [float(lo[j]), float(hi[j])] for j, k in enumerate(("A", "B", "C_mid"))}
 
 
@@ -196,18 +199,22 @@ def recipe_key(config, path):
                        and not k.endswith(("_dir", "_path"))}, sort_keys=True, default=str)
 
 
-def load_run(path, args):
+def load_run(path, args, max_compute=None):
     """Read one log, choose its fit window -> (Fit's data fields, R0 or None if fitted). Raises OSError, ValueError."""
-    config, x, y = read_log(path, args.x)
+    config, x, y, steps = read_log(path, args.x)
     if len(x) == 0:
         raise ValueError("no usable eval records")
-    max_compute = args.fit_fraction * x.max() if args.fit_fraction else (
-        math.inf if args.max_compute is None else args.max_compute)
+    if max_compute is None:  # --fit-to-cmid gives its own
+        max_compute = args.fit_fraction * x.max() if args.fit_fraction else args.max_compute
+    max_compute = math.inf if max_compute is None else max_compute
     # x = 0 only sets R0, the paper's "initial reward at 0 training compute" (§1.1): the model passes through it
     r0 = float(y[x == 0].mean()) if (x == 0).any() else None
-    in_fit = (x > 0) & (x <= max_compute)
-    if in_fit.any():
-        in_fit &= x >= (DEFAULT_MIN_FRACTION * x[in_fit].max() if args.min_compute is None else args.min_compute)
+    # the early cut, the same for every window of a run (paper: the first 1.5k GPU-h of every fit): by default the
+    # learning-rate warm-up, warmup_steps x batch completions drawn; A is also fitted with a cut twice as late
+    warm = (config or {}).get("warmup_steps", 0)
+    cut, late = ((steps >= warm, steps >= 2 * warm) if args.min_compute is None
+                 else (x >= args.min_compute, x >= 2 * args.min_compute))
+    in_fit = (x > 0) & (x <= max_compute) & cut
     num_params, num_distinct = (3 if r0 is not None else 4), len(np.unique(x[in_fit]))
     if num_distinct <= num_params:  # one point more than parameters, so the fit is not exact
         raise ValueError(f"only {num_distinct} distinct x > 0 in the fit window, need {num_params + 1} "
@@ -221,7 +228,7 @@ def load_run(path, args):
         raise ValueError(f"the curve does not rise (from {start:.3f} to {end:.3f} over the fit window): no ceiling to "
                          f"fit; its level is {end:.3f}")
     return dict(file=str(path), name=str((config or {}).get("run_name") or Path(path).stem),
-                group=recipe_key(config, path), x=x, y=y, in_fit=in_fit, max_compute=max_compute), r0
+                group=recipe_key(config, path), x=x, y=y, in_fit=in_fit, max_compute=max_compute, late=late), r0
 
 
 def fit_run(run, r0, args):
@@ -229,12 +236,14 @@ def fit_run(run, r0, args):
     xf, yf = run["x"][run["in_fit"]], run["y"][run["in_fit"]]
     A, B, C_mid, R0 = params = refine(xf, yf, grid_fit(xf, yf, r0), r0)
     if xf.max() < C_mid:  # the paper's fits reach ~3x C_mid (8k of 16k GPU-h, C_mid 2542)
-        warn(f"{run['file']}: fit window ends at {fmt(xf.max())}, before C_mid = {fmt(C_mid)}: "
-             "A is barely constrained, train longer or widen the window")
+        warn(f"{run['file']}: fit window ends at {fmt(xf.max())}, before C_mid = {fmt(C_mid)}: A is barely constrained")
     resid, sst = yf - sigmoid(xf, *params), ((yf - yf.mean()) ** 2).sum()
     r2 = float(1 - resid @ resid / sst) if np.ptp(yf) > 0 else math.nan  # flat y: no R²
+    late = run["in_fit"] & run["late"]  # A once more, with the early cut twice as late, where enough points remain
+    enough = len(np.unique(run["x"][late])) > (3 if r0 is not None else 4)
+    A_late = refine(run["x"][late], run["y"][late], params, r0)[0] if enough else None
     return Fit(**run, A=A, B=B, C_mid=C_mid, R0=R0, r0_observed=r0 is not None, power_law_A=fit_power_law(xf, yf),
-               r2=r2, ci=bootstrap_ci(xf, yf, r0, params, args.bootstrap, args.ci, args.seed))
+               r2=r2, ci=bootstrap_ci(xf, yf, r0, params, args.bootstrap, args.ci, args.seed), A_late=A_late)
 
 
 def refit_B(fit, A):
@@ -250,11 +259,9 @@ def compare(fits, margin):
     rows = [(f, "best", None) for f in ranked[:1]]
     for f in ranked[1:]:
         best, A_avg = ranked[0], (ranked[0].A + f.A) / 2
-        if best.A - f.A > margin:
-            rows.append((f, "lower A", None))
-        else:
-            refit = (A_avg, refit_B(f, A_avg), refit_B(best, A_avg))
-            rows.append((f, f"same A within margin, B {'better' if refit[1] > refit[2] else 'worse'}", refit))
+        refit = None if best.A - f.A > margin else (A_avg, refit_B(f, A_avg), refit_B(best, A_avg))
+        rows.append((f, "lower A", None) if refit is None else
+                    (f, f"same A within margin, B {'better' if refit[1] > refit[2] else 'worse'}", refit))
     return rows
 
 
@@ -263,12 +270,11 @@ def seed_groups(fits):
     groups, stats = {}, {}
     for f in fits:
         groups.setdefault(f.group, []).append(f)
-    for key, g in groups.items():
-        if len(g) >= 2:  # std is the sample std over seeds
-            A, B, C_mid = ([getattr(f, p) for f in g] for p in ("A", "B", "C_mid"))
-            stats[key] = {"runs": [f.name for f in g], "n_runs": len(g), "A_range": float(np.ptp(A))}
-            for name, v in (("A", A), ("B", B), ("C_mid", C_mid)):
-                stats[key] |= {f"{name}_mean": float(np.mean(v)), f"{name}_std": float(np.std(v, ddof=1))}
+    for key, g in ((k, g) for k, g in groups.items() if len(g) >= 2):  # std is the sample std over seeds
+        stats[key] = {"runs": [f.name for f in g], "n_runs": len(g), "A_range": float(np.ptp([f.A for f in g]))}
+        for p in ("A", "B", "C_mid"):
+            v = [getattr(f, p) for f in g]
+            stats[key] |= {f"{p}_mean": float(np.mean(v)), f"{p}_std": float(np.std(v, ddof=1))}
     return stats
 
 
@@ -288,7 +294,7 @@ def print_json(rows, groups, args):
         xf = f.x[f.in_fit]
         B_common = f.B if len(rows) == 1 else refit_B(f, A_common) if abs(f.A - A_common) <= args.margin else None
         print(json.dumps({
-            "file": f.file, "run": f.name, "A": f.A, "B": f.B, "C_mid": f.C_mid, "R0": f.R0,
+            "file": f.file, "run": f.name, "A": f.A, "A_late_cut": f.A_late, "B": f.B, "C_mid": f.C_mid, "R0": f.R0,
             "R0_observed": f.r0_observed, "r2": f.r2 if math.isfinite(f.r2) else None, "n_points": len(xf),
             "x_key": args.x, "window": [float(xf.min()), float(xf.max())], "ci_level": args.ci, "A_ci": f.ci.get("A"),
             "B_ci": f.ci.get("B"), "C_mid_ci": f.ci.get("C_mid"), "power_law_A": f.power_law_A, "verdict": verdict,
@@ -302,19 +308,19 @@ def fmt(v):  # compute values: 2542, 10909, 1.2e+11 (no 1.091e+04)
 
 
 def print_tables(rows, groups, args):
-    print(f"{'run':<24} {'A':>6} {'B':>6} {'C_mid':>9} {'R0':>7} {'R²':>6} {'n':>4} "
+    print(f"{'run':<24} {'A':>6} {'A late':>6} {'B':>6} {'C_mid':>9} {'R0':>7} {'R²':>6} {'n':>4} "
           f"{'A ' + format(args.ci, '.0%') + ' CI':>16} {'pow A':>6}  verdict vs best (refit B vs best's at common A)")
     for f, verdict, refit in rows:
         ci = f"[{f.ci['A'][0]:.3f}, {f.ci['A'][1]:.3f}]" if f.ci else "-"
-        print(f"{f.name[:24]:<24} {f.A:6.3f} {f.B:6.2f} {fmt(f.C_mid):>9} {f.R0:6.3f}"
+        late = "-" if f.A_late is None else f"{f.A_late:.3f}"
+        print(f"{f.name[:24]:<24} {f.A:6.3f} {late:>6} {f.B:6.2f} {fmt(f.C_mid):>9} {f.R0:6.3f}"
               f"{' ' if f.r0_observed else '*'} {f.r2:6.3f} {int(f.in_fit.sum()):4d} {ci:>16} {f.power_law_A:6.3f}  "
               + verdict + (f" ({refit[1]:.2f} vs {refit[2]:.2f} at A={refit[0]:.3f})" if refit else ""))
-    print(f"A margin {args.margin} (paper A.5); * R0 fitted (no x = 0 point); pow A: power-law fit's A on the same "
-          f"window (paper A.4; {MAX_POWER_LAW_A:.3f} is its bound)")
-    at_top = [f.name for f, _, _ in rows if f.A > 0.995]
-    if at_top:  # a pass rate cannot exceed 1: the data stop before the plateau, and the ranking rests on B
-        print(f"A at the top of its range (1) for {', '.join(at_top)}: no plateau in the data yet, so A is an "
-              f"upper bound, not a measurement; comparisons with them rest on B and C_mid")
+    print(f"A late: A with the early cut twice as late. A margin {args.margin} (paper A.5); * R0 fitted (no x = 0 "
+          f"point); pow A: power-law fit's A on the same window (paper A.4; {MAX_POWER_LAW_A:.3f} is its bound)")
+    at_top = ", ".join(f.name for f, _, _ in rows if f.A > 0.995)  # a pass rate cannot exceed 1
+    print(f"A at the top of its range (1) for {at_top}: no plateau in the data yet, so A is an upper bound, not a "
+          "measurement; comparisons with them rest on B and C_mid" if at_top else "", end="\n" if at_top else "")
     for g in groups.values():
         print(f"seed group of {g['n_runs']} ({', '.join(g['runs'])}): A mean {g['A_mean']:.3f}, "
               f"std {g['A_std']:.3f}, range {g['A_range']:.3f}; B mean {g['B_mean']:.2f}, std {g['B_std']:.2f}; "
@@ -340,7 +346,6 @@ def plot(fits, path, x_key):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.lines import Line2D
     fig, ax = plt.subplots(figsize=(9, 5.5))
     for i, f in enumerate(fits):
         color, params = plt.get_cmap("tab10" if len(fits) <= 10 else "tab20")(i % 20), (f.A, f.B, f.C_mid, f.R0)
@@ -348,18 +353,16 @@ def plot(fits, path, x_key):
             ax.scatter(f.x[mask], f.y[mask], s=size, color=color, marker=marker)
         xf = f.x[f.in_fit]
         inside, beyond = np.geomspace(xf.min(), xf.max(), 200), np.geomspace(xf.max(), 1.5 * f.x.max(), 100)
-        ax.plot(inside, sigmoid(inside, *params), "-", color=color,
-                label=f"{f.name}: A={f.A:.3f} B={f.B:.2f} C_mid={f.C_mid:.4g}")
-        ax.plot(beyond, sigmoid(beyond, *params), "--", color=color)
+        for xs, style, label in ((inside, "-", f"{f.name}: A={f.A:.3f} B={f.B:.2f} C_mid={f.C_mid:.4g}"),
+                                 (beyond, "--", None)):
+            ax.plot(xs, sigmoid(xs, *params), style, color=color, label=label)
         ax.axhline(f.A, color=color, linestyle=":", linewidth=1)
     ax.set_xscale("log")
-    units = {"gpu_hours": "training compute, device-hours", "step": "optimizer steps",
-             "samples": "completions sampled for training (batch x steps)", "tokens": "completion tokens trained on"}
-    ax.set_xlabel(f"{units.get(x_key, x_key)} (log scale)")
+    ax.set_xlabel(f"{UNITS.get(x_key, x_key)} (log scale)")
     ax.set_ylabel("validation pass rate (mean over held-out prompts x samples)")
-    keys = [Line2D([], [], color="gray", marker=marker, linestyle=style, label=label) for marker, style, label in
-            [("o", "", "evaluation, fitted"), ("x", "", "evaluation, held out (not fitted)"),
-             (None, "-", "sigmoid fit (fit window)"), (None, "--", "extrapolation"), (None, ":", "asymptote A")]]
+    keys = [matplotlib.lines.Line2D([], [], color="gray", marker=m, linestyle=ls, label=label) for m, ls, label in
+            [("o", "", "evaluation, fitted"), ("x", "", "evaluation, not fitted"), (None, "-", "sigmoid fit (fit "
+             "window)"), (None, "--", "extrapolation"), (None, ":", "asymptote A")]]
     ax.legend(handles=ax.get_legend_handles_labels()[0] + keys, fontsize=7, loc="best")  # hides the fewest points
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -374,18 +377,21 @@ class _Parser(argparse.ArgumentParser):
 def build_parser():
     p = _Parser(description=__doc__.split("\n\n")[0].strip(), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("files", nargs="+", help="JSON-lines logs written by train.py, one per run")
-    p.add_argument("--x", default="gpu_hours", help="eval-record key used as compute (gpu_hours, step, samples, "
-                   "tokens, ...); default gpu_hours")
+    p.add_argument("--x", default="samples", help="eval-record key used as compute: samples (completions drawn, "
+                   "the default: the same on every machine), gpu_hours (the paper's; carries the machine's speed and "
+                   "load), step, tokens, ...")
     p.add_argument("--min-compute", type=float, metavar="X", help=(
-        f"fit only points with x >= X (absolute, in --x units). Default: {DEFAULT_MIN_FRACTION * 100:g}%% of the "
-        "largest x in the fit window, a scale-free version of the paper's ~1.5k GPU-h cutoff (about the first epoch, "
-        "3-19%% of its 8k-50k fit windows; §2.1, A.6-A.7) that drops the fast, near-linear early rise. The x = 0 "
-        "point is never fitted, it only sets R0. A run needs 4 distinct fitted points when R0 is observed, else 5"))
+        "fit only points with x >= X (absolute, in --x units). Default: the run's learning-rate warm-up (its "
+        "warmup_steps x batch completions), fixed for every window of a run as the paper cuts the first 1.5k GPU-h "
+        "of every fit (§2.1, A.6-A.7). The x = 0 point is never fitted, it only sets R0. A run needs 4 distinct "
+        "fitted points when R0 is observed, else 5"))
     window = p.add_mutually_exclusive_group()
     window.add_argument("--max-compute", type=float, metavar="X", help="fit only points with x <= X (absolute); "
                         "later points are reported as an extrapolation check")
     window.add_argument("--fit-fraction", type=float, metavar="F", help="set --max-compute to F times each run's "
                         "largest x, e.g. 0.5 (paper §5: fit on half the budget, extrapolate to the full one)")
+    window.add_argument("--fit-to-cmid", type=float, metavar="F", help="set --max-compute to F times the C_mid of "
+                        "each run's fit on all its points, e.g. 1.5: whether a fit on the rise predicts the plateau")
     p.add_argument("--margin", type=float, default=0.02, help="runs whose A differ by more rank by A; within it "
                    "both are refit at their average A and compared on B. Default 0.02 (paper A.5: 3 seeds' A within "
                    "±0.015)")
@@ -403,16 +409,17 @@ def build_parser():
 def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.fit_fraction is not None and not 0 < args.fit_fraction <= 1:
-        parser.error("--fit-fraction must be in (0, 1]")
+    fraction, to_cmid = (1 if v is None else v for v in (args.fit_fraction, args.fit_to_cmid))
+    if not 0 < fraction <= 1 or not to_cmid > 0:
+        parser.error("--fit-fraction must be in (0, 1] and --fit-to-cmid > 0")
     if args.bootstrap < 0 or not 0 < args.ci < 1:
         parser.error("--bootstrap must be >= 0 and --ci in (0, 1)")
     if args.plot:  # checked before any fitting
         import importlib.util
         suffix, folder = Path(args.plot).suffix.lower().lstrip("."), os.path.dirname(os.path.abspath(args.plot))
         if suffix not in PLOT_FORMATS:
-            why = f"cannot draw a .{suffix} file" if suffix else "no file extension"
-            parser.error(f"--plot {args.plot}: {why} (give one of .png, .pdf, .svg, ...; the logs come before --plot)")
+            parser.error(f"--plot {args.plot}: {f'cannot draw a .{suffix} file' if suffix else 'no file extension'} "
+                         "(give one of .png, .pdf, .svg, ...; the logs come before --plot)")
         if importlib.util.find_spec("matplotlib") is None:
             parser.error("--plot needs matplotlib (pip install matplotlib)")
         if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
@@ -421,15 +428,16 @@ def main(argv=None):
     for path in args.files:
         try:
             run, r0 = load_run(path, args)
+            if args.fit_to_cmid:  # first the fit on every point, for its C_mid
+                whole = fit_run(run, r0, argparse.Namespace(**{**vars(args), "bootstrap": 0}))
+                run, r0 = load_run(path, args, max_compute=args.fit_to_cmid * whole.C_mid)
+            fits.append(fit_run(run, r0, args))
         except OSError as e:
             warn(f"{path}: cannot read: {e.strerror or e}")
         except ValueError as e:
             warn(f"{path}: not fitted: {e}")
-        else:
-            try:
-                fits.append(fit_run(run, r0, args))
-            except (ValueError, RuntimeError, FloatingPointError, np.linalg.LinAlgError) as e:  # a degenerate curve
-                warn(f"{path}: not fitted: the optimizer failed ({type(e).__name__}: {e})")
+        except (RuntimeError, FloatingPointError, np.linalg.LinAlgError) as e:  # a degenerate curve
+            warn(f"{path}: not fitted: the optimizer failed ({type(e).__name__}: {e})")
     if not fits:
         warn("error: no file could be fitted")
         return 1

@@ -33,7 +33,8 @@ def write_log(path, A, B, C_mid, budget=6.0, num_evals=75, sigma=0.005, seed=0,
     rng = np.random.default_rng(seed)
     x = np.linspace(budget * C_mid / num_evals, budget * C_mid, num_evals)
     y = sigmoid(x, A, B, C_mid, R0) + rng.normal(0, sigma, num_evals)
-    cfg = {"kind": "config", "run_name": path.stem, "seed": seed, "loss": "cispo",
+    # warm-up to step 350: the default early cut at step 400 is 0.32 C_mid (the paper cuts 1.5k GPU-h, 0.59 C_mid)
+    cfg = {"kind": "config", "run_name": path.stem, "seed": seed, "loss": "cispo", "warmup_steps": 350,
            "mode": "pipeline", "batch": 768, "group": 16, "lr": 5e-7,
            "log_dir": str(path.parent), "out_dir": f"out/{path.stem}"} | config
     lines = [cfg] + ([{"kind": "eval", "step": 0, "gpu_hours": 0.0, "samples": 0,
@@ -47,7 +48,7 @@ def write_log(path, A, B, C_mid, budget=6.0, num_evals=75, sigma=0.005, seed=0,
 
 
 def fit_file(path, *flags):
-    args = fit_curve.build_parser().parse_args([str(path), "--bootstrap", "0", *flags])
+    args = fit_curve.build_parser().parse_args([str(path), "--bootstrap", "0", "--x", "gpu_hours", *flags])
     return fit_curve.fit_run(*fit_curve.load_run(str(path), args), args)
 
 
@@ -134,7 +135,7 @@ def test_read_log_skips_bad_lines_and_keeps_last_of_repeated_steps(tmp_path, cap
            '{"kind": "eval", "step": 600, "gpu_hours": 9200.0, "pass_rate": 0.123}',
            '{"kind": "eval", "step": 700, "gpu_h']                # truncated by a crash
     log.write_text("\n".join(lines + bad))
-    config, x, y = fit_curve.read_log(str(log), "gpu_hours")
+    config, x, y, steps = fit_curve.read_log(str(log), "gpu_hours")
     err = capsys.readouterr().err
     assert config["run_name"] == "run" and len(x) == 11  # x = 0 plus 10 distinct steps
     assert y[x == 9200.0].tolist() == [0.123] and not np.isclose(x, 6 * 1525.2).any()
@@ -185,7 +186,7 @@ def test_hostile_lines_cost_one_line_not_the_file(tmp_path):
     evals = [r for r in recs if r["kind"] == "eval"]
     evals[-1]["gpu_hours"] = evals[-2]["gpu_hours"] / 2  # the last evaluation's clock went backwards
     back.write_text("".join(json.dumps(r) + "\n" for r in recs))
-    proc = run_cli(back, "--bootstrap", "0")
+    proc = run_cli(back, "--bootstrap", "0", "--x", "gpu_hours")
     assert proc.returncode == 0 and "gpu_hours decreases 1 time(s)" in proc.stderr
 
     proc = run_cli(log, "--bootstrap", "0", "--plot", "/proc/no-such-dir/curve.png")
@@ -303,7 +304,7 @@ def test_a_flat_run_is_not_fitted_and_never_ranked(tmp_path):
         log = tmp_path / f"{name}.jsonl"
         log.write_text("".join(json.dumps({"kind": "eval", "step": 10 * i, "gpu_hours": i / 100, "pass_rate": v}) + "\n"
                                for i, v in enumerate(values)))
-        proc = run_cli(log, real, "--bootstrap", "0")
+        proc = run_cli(log, real, "--bootstrap", "0", "--x", "gpu_hours")
         assert proc.returncode == 0
         assert f"{log}: not fitted: the curve does not rise" in proc.stderr
         assert name == "falling" or "its level is 0.170" in proc.stderr
@@ -318,7 +319,7 @@ def test_plot_and_flag_errors_are_one_line(tmp_path):
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: ")
         assert why in proc.stderr and not (tmp_path / "curves.png").exists()
     proc = run_cli(log, "--fit-fraction", "2")
-    assert proc.returncode == 2 and proc.stderr == "error: --fit-fraction must be in (0, 1]\n"
+    assert proc.returncode == 2 and proc.stderr == "error: --fit-fraction must be in (0, 1] and --fit-to-cmid > 0\n"
     proc = run_cli(log, "--no-such-flag")
     assert proc.returncode == 2 and proc.stderr.startswith("error: unrecognized arguments")
     assert proc.stderr.count("\n") == 1
@@ -350,5 +351,32 @@ def test_an_extrapolation_reports_the_fits_own_rise_and_persistence(tmp_path):
     assert abs(late[-1]["rise"]) < 0.01 and abs(late[-1]["persistence_error"]) < 0.02
     for p in mid:
         assert p["error"] == pytest.approx(p["predicted"] - p["actual"])
-    proc = run_cli(log, "--max-compute", 1.5 * C_mid, "--bootstrap", "0")
+    proc = run_cli(log, "--max-compute", 1.5 * C_mid, "--bootstrap", "0", "--x", "gpu_hours")
     assert "persist. error" in proc.stdout and "for persistence" in proc.stdout
+
+
+def test_the_early_cut_is_the_warm_up_for_every_window_and_A_is_refitted_twice_as_late(tmp_path):
+    """Paper-style: the same early cut for the full fit and any partial one, fixed in completions drawn (the log's
+    warm-up, warmup_steps x batch), not a share of each window; A is fitted once more with the cut twice as late."""
+    A, B, C_mid = TABLE1["scalerl"]
+    log = write_log(tmp_path / "r.jsonl", A, B, C_mid, sigma=0.002)
+    first = {}
+    for flags in ([], ["--fit-fraction", "0.5"], ["--max-compute", str(2 * C_mid)]):
+        fit = fit_file(log, *flags)
+        first[tuple(flags)] = fit.x[fit.in_fit].min()
+        assert abs(fit.A_late - A) < 0.02
+    x_at_step_400 = 4 * 6 * C_mid / 75  # write_log: evals every 100 steps, evenly spaced up to 6 C_mid
+    assert list(first.values()) == pytest.approx([x_at_step_400] * 3)
+    samples = fit_curve.build_parser().parse_args([str(log), "--bootstrap", "0"])  # the default axis: completions
+    fit = fit_curve.fit_run(*fit_curve.load_run(str(log), samples), samples)
+    assert samples.x == "samples" and fit.x[fit.in_fit].min() == 768 * 400
+
+
+def test_fit_to_cmid_fits_up_to_that_multiple_of_the_full_fits_c_mid(tmp_path):
+    A, B, C_mid = TABLE1["scalerl"]
+    log = write_log(tmp_path / "r.jsonl", A, B, C_mid, sigma=0.002)
+    full = fit_file(log)
+    proc = run_cli(log, "--fit-to-cmid", "1.5", "--bootstrap", "0", "--x", "gpu_hours", "--json")
+    out = json.loads(proc.stdout)
+    assert out["window"][1] <= 1.5 * full.C_mid < min(p["x"] for p in out["extrapolation"])
+    assert abs(out["extrapolation"][-1]["error"]) < abs(out["extrapolation"][-1]["persistence_error"])
