@@ -1,17 +1,12 @@
-"""The paper in miniature (paper §4-6, §11) on the CPU toy: seeds of the ScaleRL default, the leave-one-out
-rows of §6, and the scaling axes of §5, then sigmoid fits, the paper's comparison and the fit-on-half check.
-Each part fits an afternoon: wall-clock with --jobs 2 on the 2-core machine (README, The paper in miniature):
+"""The paper in miniature (paper §4-6) on the CPU toy: seeds of the default, two of the paper's scaling axes
+(§5) and a leave-one-out row (§6) under real off-policyness, then sigmoid fits in completions drawn, the check
+that a fit on the rise predicts the plateau, and each comparison pooled over its seeds. Each part takes at most
+2 h with --jobs 2 on the 2-core machine (docs/study.md):
 
-    python study.py --part seeds --jobs 2        # the default, 5 seeds: the axes' references (~80 min)
-    python study.py --part seeds-noclip --jobs 2 # the default without gradient clipping, 4 seeds
-    python study.py --part loo --jobs 2          # §6 at a staleness that binds: references, 8op, DAPO, no-NPR
-    python study.py --part loo-more --jobs 2     # §6: sample average, prompt norm, zero-var kept, length penalty, clip
-    python study.py --part loo-bf16 --jobs 2     # §6: the FP32 head, beside its bf16 reference
-    python study.py --part axes-budget --jobs 2  # §5: thinking budget x2, 600 steps; axes-budget-l: on toy-l
-    python study.py --part axes-batch --jobs 2   # §5: batch x1/2 and x2; axes-batch-long: x2 for 400 steps
-    python study.py --part axes-gen --jobs 2     # §5: generations per prompt at a fixed batch
-    python study.py --part axes-model --jobs 2   # §5: a smaller model, toy-s; axes-model-l: toy-l (warm start: 87 min)
-    python study.py --part axes-depth --jobs 2   # the pipeline at depth 1: whole batches on-policy (~15 min)
+    python study.py --part seeds --jobs 2        # `python train.py` with seeds 0-2: the references
+    python study.py --part axes-budget --jobs 2  # §5: a longer thinking budget (56-64 tokens), 2 seeds
+    python study.py --part axes-batch --jobs 2   # §5: batch x2, 2 seeds
+    python study.py --part loo --jobs 2          # §6: CISPO against DAPO at PPO-off-policy-8, 2 seeds each
     python study.py --part axes --fit_only       # just the fits, tables and figures from logs/study/*.jsonl
 
 Each run is `python train.py <flags> --run_name <name> --log_dir logs/study` with the toy's defaults. A run whose
@@ -47,58 +42,21 @@ def seeded(prefix: str, flags: list[str], seeds) -> dict:
     return {f"{prefix}-s{s}": [*flags, "--seed", str(s)] for s in seeds}
 
 
-# The toy preset follows the paper (no clipping; seeds-noclip), but the study's runs clip gradients at 1.0: every
-# run keeps the clip it was measured with, so a rerun repeats it; a run's own --grad_clip comes later and wins
-MEASURED_WITH = ["--grad_clip", "1.0"]
-# The default's seeds run the toy's own steps (config.TOY: 200, evaluated every 10): the run reaches its plateau by
-# step ~70 (C_mid ~ step 35), so the fit on the first half of the compute (the paper fits 8k of 16k and 50k of 100k
-# GPU-h) ends well past C_mid and predicts the last evaluation (README, The paper in miniature)
-SEEDS = seeded("default", [], range(5))
-# name -> flags, by part: each under 2 h with --jobs 2 on the 2-core machine (times in the README). The parts of one
-# family (the name before "-") share one table and figure. LOO (paper §6, Fig. 7): one reverted choice each, at
-# PipelineRL-8 with 8 steps of prompts in flight so that lags reach k - 1 (the paper's staleness), plus no-NPR
-STALE = ["--pipeline_depth", "8"]
-BUDGET2X = ["--think_min_tokens", "2x", "--think_max_tokens", "2x"]
+# Every run is the plain toy preset (config.TOY) plus its own flags: the default's seeds are `python train.py`
+MEASURED_WITH: list[str] = []
+SEEDS = seeded("default", [], range(3))
+# name -> flags, by part: each under 2 h with --jobs 2 on the 2-core machine (times in docs/study.md). The parts
+# of one family (the name before "-") share one table and figure.
 PARTS = {
     "seeds": SEEDS,
-    # the preset without gradient clipping (the paper's; MEASURED_WITH), from the reference warm start, as default-s0..3
-    "seeds-noclip": seeded("noclip", ["--grad_clip", "0"], range(4)),
-    "loo": {  # the staleness rows: the off-policy schedule and the loss that must cope with stale tokens
-        **seeded("stale", STALE, range(3)),  # the reference for the LOO rows: the default at this depth
-        "loo-8op": ["--mode", "ppo", "--k", "8"],  # PPO-off-policy-8 instead of PipelineRL-8
-        "loo-dapo": [*STALE, "--loss", "dapo"],  # DAPO's clipped surrogate instead of CISPO
-        "loo-npr": [*STALE, "--no_npr"],  # no No-Positive-Resampling (not a LOO row in the paper)
-    },
-    "loo-more": {  # the other rows: batch and loss shape, length control, clipping (judged against loo's stale-s*)
-        "loo-savg": [*STALE, "--loss_agg", "sample"],  # sample-average loss aggregation
-        "loo-plan": [*STALE, "--adv_norm", "prompt"],  # prompt-level advantage normalization
-        "loo-batch": [*STALE, "--no_zero_var_filter"],  # zero-variance groups kept in the batch
-        "loo-lp": [*STALE, "--length_penalty"],  # DAPO length penalty instead of forced interruptions
-        "loo-clip": [*STALE, "--grad_clip", "0"],  # the paper's no clipping (the study's runs clip at 1.0)
-    },
-    # the FP32 head only matters beside a bf16 body, which the toy on a CPU does not have (config.TOY): this row
-    # and its own reference run in bf16 (training ~4x slower on a CPU without native bf16)
-    "loo-bf16": {**seeded("stale-bf16", [*STALE, "--dtype", "bfloat16"], [0]),
-                 "loo-fp32": [*STALE, "--dtype", "bfloat16", "--no_fp32_head"]},  # LM head in bf16 on both sides
-    # paper §5, Table 1; axis name first in each run name. Thinking budget x2 from the reference warm start only
-    # creeps, so it runs three times the default's steps (docs/measurements.md)
-    "axes-budget": seeded("budget2x", [*BUDGET2X, "--max_steps", "600", "--eval_every", "20"], range(2)),
-    # the budget x2 on the larger toy-l, whose warm start solves long sums concisely where the toy's does not:
-    # whether a larger model makes the longer budget's ceiling reachable (docs/measurements.md)
-    "axes-budget-l": seeded("budget2x-l", ["--model", "toy-l", *BUDGET2X], range(2)),
-    # batch x2 on four seeds: on two, its A's 95% interval straddled the references' (docs/measurements.md)
-    "axes-batch": {**seeded("batch64", ["--batch", "64"], range(2)), **seeded("batch256", ["--batch", "256"], range(4)),
-                   **seeded("batch64", ["--batch", "64"], [2])},
-    # batch x2 run twice as long: at 200 steps a seed was still rising (docs/measurements.md)
-    "axes-batch-long": seeded("batch256long", ["--batch", "256", "--max_steps", "400"], range(2)),
-    "axes-gen": {**seeded("gen4", ["--group", "4"], range(2)), **seeded("gen16", ["--group", "16"], range(2))},
-    # model size: the toy against a smaller toy-s and a larger toy-l. Each run builds its model's warm start on first
-    # use (toy.py; if two lanes both build it, the first to finish is kept); toy-l's takes hours: a part of its own
-    "axes-model": seeded("model-s", ["--model", "toy-s"], range(2)),
-    "axes-model-l": seeded("model-l", ["--model", "toy-l"], range(2)),
-    # the pipeline at depth 1: one batch in flight, so every step trains on-policy on a whole batch, where depth 2
-    # (the default) trains one step on the short problems that finish first and the next on the long ones (README)
-    "axes-depth": seeded("depth1", ["--pipeline_depth", "1"], range(2)),
+    # paper §5 (Fig. 9): a longer thinking budget raises A. 56-64 tokens fit sums of up to 8 terms (toy.py)
+    "axes-budget": seeded("budget64", ["--think_min_tokens", "56", "--think_max_tokens", "64"], range(2)),
+    # paper §5 (Fig. 8): a larger batch reaches a higher A, at first more slowly
+    "axes-batch": seeded("batch256", ["--batch", "256"], range(2)),
+    # paper §3.2(a), Fig. 4b: under real off-policyness (PPO-off-policy-8, lags up to 7) CISPO beats DAPO;
+    # stale-s* is the reference (CISPO), loo-dapo-s* its DAPO row
+    "loo": {**seeded("stale", ["--mode", "ppo", "--k", "8"], range(2)),
+            **seeded("loo-dapo", ["--mode", "ppo", "--k", "8", "--loss", "dapo"], range(2))},
 }
 
 
@@ -112,10 +70,8 @@ def runs_of(table: str) -> list[str]:
 
 
 def own_flags(name: str) -> list[str]:
-    """A run's flags in PARTS; "2x" means twice the toy preset's value of that flag."""
-    import config
-    flags = next(part[name] for part in PARTS.values() if name in part)
-    return [str(2 * config.TOY[flags[i - 1].removeprefix("--")]) if f == "2x" else f for i, f in enumerate(flags)]
+    """A run's flags in PARTS."""
+    return next(part[name] for part in PARTS.values() if name in part)
 
 
 def flags_of(name: str) -> list[str]:
@@ -329,7 +285,8 @@ def run_rows(names: list[str], rows: dict, halves: dict, verdicts: dict, unit: s
     """The markdown table of the fitted runs, in the order of names; with stale_cols, their staleness too."""
     head, rule = (" mean lag | tokens at lag k − 1 | clipped tokens |", "---|---|---|") if stale_cols else ("", "")
     lines = [f"| run | flags | A [95% CI] | B [95% CI] | C_mid {unit} [95% CI] | R² | verdict | last eval ± s.e. | "
-             f"predicted from first half | error |{head}", "|---|---|---|---|---|---|---|---|---|---|" + rule]
+             f"predicted from the rise (<= 1.5 C_mid) | error | persistence error |{head}",
+             "|---|---|---|---|---|---|---|---|---|---|---|" + rule]
     for name in [n for n in names if n in rows]:
         r = rows[name]
         last = (halves.get(name, {}).get("extrapolation") or [{}])[-1]
@@ -342,7 +299,7 @@ def run_rows(names: list[str], rows: dict, halves: dict, verdicts: dict, unit: s
             f"{r['B']:.2f} [{ci['B'][0]:.2f}, {ci['B'][1]:.2f}] | {r['C_mid']:.3g} [{ci['C_mid'][0]:.3g}, "
             f"{ci['C_mid'][1]:.3g}] | {r['r2']:.3f} | {verdicts[name]} | "
             f"{last.get('actual', float('nan')):.3f} ± {se:.3f} | {last.get('predicted', float('nan')):.3f} | "
-            f"{last.get('error', float('nan')):+.3f} |"
+            f"{last.get('error', float('nan')):+.3f} | {last.get('persistence_error', float('nan')):+.3f} |"
             + (f" {st['lag']:.2f} | {st['at_bound']:.1%} (k = {st['k']}) | {st['clipped']:.3%} |" if st else ""))
     return lines
 
@@ -359,18 +316,18 @@ def plot(table: str, table_runs: list[str], names: list[str], logs: list[str], r
             if runs:  # an axis with no run yet gets no figure
                 plots[f"study-axis-{axis}{suffix}.png"] = [log for n, log in zip(names, logs) if n in ref or n in runs]
     for png, files in plots.items():
-        subprocess.run([sys.executable, "fit_curve.py", *files, "--fit-fraction", "0.5", "--bootstrap", "0", "--x", x,
+        subprocess.run([sys.executable, "fit_curve.py", *files, "--fit-to-cmid", "1.5", "--bootstrap", "0", "--x", x,
                         "--plot", os.path.join(DOCS_DIR, png)], cwd=ROOT, capture_output=True)
 
 
-def fit(table: str, margin: float = 0.02, x: str = "gpu_hours"):
+def fit(table: str, margin: float = 0.02, x: str = "samples"):
     """Fits of a table's runs (every part of that family) and their references (fit_curve.py): A, B, C_mid with
-    bootstrap intervals, the fit on the first half of each run's compute against its last evaluation, and a verdict:
-    axes against the default's seeds, LOO rows against the default at their staleness (stale-s*), each row against
-    references of its own dtype. Another compute axis than device-hours (x: samples) suffixes the files with it:
-    device-hours carry the speed of the machine a run ran on, samples are the same on every machine."""
+    bootstrap intervals, the fit on the rise (up to 1.5 C_mid) against the last evaluation and persistence, and a
+    verdict: axes against the default's seeds, LOO rows against their own references (stale-s*), each row against
+    references of its own dtype. Device-hours (x: gpu_hours) suffix the files with -gpu_hours: they carry the speed
+    and load of the machine a run ran on, completions drawn (samples) are the same on every machine."""
     import config
-    suffix, unit = ("", "device-h") if x == "gpu_hours" else (f"-{x}", x)
+    suffix, unit = ("", "completions") if x == "samples" else (f"-{x}", "device-h")
     table_runs = runs_of(table)
     ref = [n for n in (table_runs if table == "loo" else SEEDS) if n.startswith(("default-", "stale-"))]
     dtype = {n: config.parse_args(flags_of(n)).dtype for n in [*ref, *table_runs]}
@@ -380,7 +337,7 @@ def fit(table: str, margin: float = 0.02, x: str = "gpu_hours"):
         print(f"study: no logs for table {table} yet")
         return
     rows = {r["run"]: r for r in fit_curve(logs, "--margin", str(margin), "--x", x)}
-    halves = {r["run"]: r for r in fit_curve(logs, "--fit-fraction", "0.5", "--bootstrap", "0", "--x", x)}
+    halves = {r["run"]: r for r in fit_curve(logs, "--fit-to-cmid", "1.5", "--bootstrap", "0", "--x", x)}
     # not .jsonl: `fit_curve.py logs/study/*.jsonl` must not read it
     with open(os.path.join(LOG_DIR, f"{table}{suffix}-fits.json"), "w") as f:
         json.dump(list(rows.values()), f, indent=1)
@@ -417,11 +374,11 @@ def main(argv=None):
     ap.add_argument("--runs", default="", help="comma-separated run names from any part, run in this order "
                     "(default: all of --part); the table is still that of --part")
     ap.add_argument("--fit_only", action="store_true", help="skip training; fit the logs that exist")
-    ap.add_argument("--x", default="gpu_hours", choices=["gpu_hours", "samples"],
-                    help="compute axis of the fits: gpu_hours (the paper's device-hours; they carry the speed of "
-                         "the machine each run ran on) or samples (completions drawn, batch x steps: the same on "
-                         "every machine, blind to a recipe's cost per completion); other than gpu_hours, the "
-                         "tables and figures get a -<x> suffix")
+    ap.add_argument("--x", default="samples", choices=["gpu_hours", "samples"],
+                    help="compute axis of the fits: samples (completions drawn, batch x steps: the same on every "
+                         "machine, blind to a recipe's cost per completion) or gpu_hours (the paper's device-hours; "
+                         "they carry the speed and load of the machine each run ran on: files get a -gpu_hours "
+                         "suffix)")
     ap.add_argument("--jobs", type=int, default=1, choices=[1, 2],
                     help="runs at a time; 2 pins each run to its own core (on 2 cores: more runs per hour, and "
                          "every run sees the same 1-core machine, so their device-hours stay comparable)")

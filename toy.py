@@ -2,17 +2,18 @@
 runs the whole loop on a laptop CPU with no download.
 
     python toy.py                  # build the toy model (or find it cached) and print its folder
-    python toy.py --accuracy       # ... and its accuracy on short problems, in its own style and forced concise
+    python toy.py --accuracy       # ... and its accuracy by number of terms, with no thinking budget
 
-The task (paper §2 in miniature): a sum of single-digit terms answered after a <think> scratchpad of
-running sums, with a thinking budget that fits short sums and not long ones (which sets the ceiling A), e.g.
+The task (paper §2 in miniature): a sum of 3 to 9 single-digit terms answered after a <think> scratchpad of
+running sums, under a thinking budget that fits sums of up to 6 terms (which sets the ceiling A), e.g.
 
     prompt      <|user|>Add: 7+5+9<|assistant|><think>
     completion  7+5=12 12+9=21 </think>\\boxed{21}<|endoftext|>
 
 The model is a ~1M-parameter Qwen2 with a byte-level BPE tokenizer (digits split one per token), both built
 here, saved in Hugging Face format (so transformers and vLLM load them), and given a short supervised warm
-start so RL starts from a low but non-zero pass rate, as the paper starts RL from an SFT model.
+start from a teacher that slips, so RL starts from a low pass rate that falls with the number of terms, as the
+paper starts RL from an SFT model, and learns not to slip.
 """
 import hashlib
 import json
@@ -27,40 +28,33 @@ import time
 from rewards import EOS, INTERRUPT_PHRASE, MATH_INSTRUCTION, THINK_END, THINK_START, final_answer, format_prompt
 
 # --- the task ---------------------------------------------------------------------------------------------------
-# What sets the ceiling A. A step of the concise scratchpad is 7-8 tokens ("12+9=21 ", digits one token each).
-# Problems are short (4-5 terms: 19-32 thinking tokens with </think>) or, with probability TOY_LONG_FRACTION,
-# long (8-9 terms: 48-64 tokens). The toy's thinking budget (config.TOY: 32-40 tokens, then the forced "time is
-# up" phrase and 7 answer tokens, room for \boxed{NN} and EOS only) fits every concise short solution and no
-# long one, so the run saturates near 1 - (share of long problems) plus what the policy learns to guess after an
-# interruption; a budget twice as long fits the concise long solutions, which lifts the ceiling (paper §5: a
-# longer generation budget, higher A) once the policy solves long sums concisely (docs/study.md). Both splits
-# are exactly 1/3 long. Completions vary several-fold in length: the stragglers that PipelineRL is for (§3.1).
-TOY_SHORT_TERMS, TOY_LONG_TERMS = (4, 5), (8, 9)
-TOY_LONG_FRACTION = 1 / 3
+# A ladder of difficulty (paper §2: a pass rate that RL raises over a decade of compute). A problem has 3 to 9 terms,
+# as many of each; the concise scratchpad costs 7-8 tokens a step ("12+9=21 ", digits one token each), so 3 terms
+# need ~15 thinking tokens and 9 terms ~62. The toy's thinking budget (config.TOY: 40-48 tokens, then the forced
+# "time is up" phrase and 7 answer tokens, room for \boxed{NN} and EOS only) fits every solution of up to 6 terms,
+# some of 7 and none of 8-9: that is the ceiling A, about 4.5/7 plus what the policy learns to guess after an
+# interruption. Completions vary several-fold in length: the stragglers that PipelineRL is for (§3.1).
+TOY_TERMS = (3, 9)
 TOY_MAX_OPERAND = 9
-# prompts; validation is held out and never trained on. A default run (200 steps x 16 prompts) sees 3,200 of
-# 20,000, so no prompt comes back and No-Positive-Resampling (which retires a prompt solved by all its samples)
-# never starves the batch (a toy trained for several epochs collapsed: docs/measurements.md)
-TOY_NUM_TRAIN, TOY_NUM_VAL = 20000, 1000
-TOY_SFT_STEPS, TOY_SFT_BATCH, TOY_SFT_LR = 900, 64, 2e-3  # supervised warm start
-# What makes the rise. The warm start imitates a careful teacher: 80% of its traces check every step by the
-# inverse subtraction ("12+9=21 21-9=12 ", 12-16 tokens a step), 20% are concise. Checked, a short problem needs
-# 37-63 thinking tokens and is interrupted (a 4-term one fits 13% of the time, at the top of the budget's range);
-# concise, it fits. So the warm start passes ~0.17 under the budget (the paper starts RL from an SFT model), and
-# RL under forced interruptions has to learn to think concisely (paper §3.2(f)): the style that fits is there
-# but rare, and the run rises as it takes over (steps ~20-70), then stays flat. The warm start is trained until
-# it has finished learning the arithmetic and the copying (900 steps: 0.98 correct in either style without a
-# budget, `python toy.py --accuracy`), so the style is the only thing RL learns: a shorter warm start leaves
-# copying errors that RL then spends thousands of steps on (docs/measurements.md). TOY_SFT_SLIP_RATE (each running
-# sum off by 1-3) is a knob for sloppier teachers; the default teacher does not slip.
-TOY_SFT_CHECK_RATE = 0.8
-TOY_SFT_SLIP_RATE = 0.0
+# prompts, as many of each length; validation is held out and never trained on. There are only 729 distinct 3-term
+# sums, so the training pool is 7 x 500: a default run (200 steps x 16 prompts) draws 3,200, under an epoch
+TOY_NUM_TRAIN, TOY_NUM_VAL = 3500, 1000
+TOY_SFT_STEPS, TOY_SFT_BATCH, TOY_SFT_LR = 600, 64, 2e-3  # supervised warm start
+# What RL learns, and why the rise spans a decade. The warm start imitates a sloppy teacher: each running sum
+# slips by 1-3 with probability TOY_SFT_SLIP_RATE, so the warm start slips about as often, and an n-term problem
+# comes out right only when all n-1 steps do, ~(1 - slip)^(n-1): 0.56 for 3 terms, 0.24 for 6. RL learns not to
+# slip; as the per-step accuracy q climbs, short problems saturate first and long ones later (q^2 is half-way at
+# q = 0.71, q^5 at q = 0.87), so the gain arrives over a decade of compute instead of in one step, and the ceiling
+# is what RL reaches, not what the warm start knew (docs/study.md). TOY_SFT_CHECK_RATE (each step checked by its
+# inverse subtraction, 12-16 tokens a step) is a knob for a verbose teacher, which the budget then punishes.
+TOY_SFT_SLIP_RATE = 0.25
+TOY_SFT_CHECK_RATE = 0.0
 
 
 def toy_problem(rng: random.Random, slip_rate: float = 0.0, check_rate: float = 0.0) -> dict:
-    """A sum of 4-5 or 8-9 single-digit terms; "solution" is a scratchpad of running sums, each slipping by 1-3
-    with slip_rate, and with probability check_rate each step checked by its inverse subtraction."""
-    n = rng.randint(*(TOY_LONG_TERMS if rng.random() < TOY_LONG_FRACTION else TOY_SHORT_TERMS))
+    """A sum of 3-9 single-digit terms; "solution" is a scratchpad of running sums, each slipping by 1-3 with
+    slip_rate, and with probability check_rate each step checked by its inverse subtraction."""
+    n = rng.randint(*TOY_TERMS)
     terms = [rng.randint(1, TOY_MAX_OPERAND) for _ in range(n)]
     steps, running = [], terms[0]
     check = rng.random() < check_rate  # drawn for every problem, so the splits do not depend on check_rate
@@ -74,22 +68,26 @@ def toy_problem(rng: random.Random, slip_rate: float = 0.0, check_rate: float = 
             "solution": " ".join(steps) + f" {THINK_END}\\boxed{{{running}}}"}
 
 
+def num_terms(prompt: str) -> int:
+    return prompt.count("+") + 1
+
+
 def toy_rows(split: str) -> list[dict]:
-    """Fixed, unique prompts: the train and validation splits come from different seeds and share no prompt,
-    and each is exactly TOY_LONG_FRACTION long (a duplicate is redrawn within its class, so the few distinct
-    short sums running out shifts short problems towards more terms, never towards long ones)."""
+    """Fixed, unique prompts: the train and validation splits come from different seeds and share no prompt, and
+    each has as many problems of every length (a duplicate is redrawn within its length: there are only 729
+    distinct 3-term sums)."""
     rng = random.Random({"train": 1, "val": 2}[split])
     n = TOY_NUM_TRAIN if split == "train" else TOY_NUM_VAL
-    quota = {True: round(n * TOY_LONG_FRACTION), False: n - round(n * TOY_LONG_FRACTION)}  # long?: count
+    lengths = range(TOY_TERMS[0], TOY_TERMS[1] + 1)
+    quota = {k: n // len(lengths) + (i < n % len(lengths)) for i, k in enumerate(lengths)}
     rows, seen = [], set()
     if split == "train":
         seen = {r["prompt"] for r in toy_rows("val")}
     while len(rows) < n:
         p = toy_problem(rng)
-        long = p["prompt"].count("+") + 1 >= TOY_LONG_TERMS[0]
-        if p["prompt"] not in seen and quota[long] > 0:
+        if p["prompt"] not in seen and quota[num_terms(p["prompt"])] > 0:
             seen.add(p["prompt"])
-            quota[long] -= 1
+            quota[num_terms(p["prompt"])] -= 1
             rows.append(p)
     return rows
 
@@ -98,7 +96,7 @@ def toy_rows(split: str) -> list[dict]:
 CHAT_TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}{% endfor %}"
                  "{% if add_generation_prompt %}<|assistant|><think>{% endif %}")
 # The toy models by name (`--model toy-s|toy|toy-l`): the model-size axis of the paper (§5) in miniature.
-# Same tokenizer, task and warm start (each its own 900 steps); head size 32 throughout (vLLM's CPU attention
+# Same tokenizer, task and warm start (each its own TOY_SFT_STEPS); head size 32 throughout (vLLM's CPU attention
 # takes 32 and up). toy-s is half the toy's width (0.29M parameters against 1.08M; its warm start builds in
 # minutes, so the axis fits an afternoon), toy-l twice the width and 1.5x the depth (6.1M; its warm start takes
 # 87 minutes on one core).
@@ -139,9 +137,9 @@ def build_toy_tokenizer():
 
 
 def _toy_spec_hash(name: str) -> str:
-    spec = dict(MODELS[name], tied=False, terms=(TOY_SHORT_TERMS, TOY_LONG_TERMS, TOY_LONG_FRACTION, TOY_MAX_OPERAND),
+    spec = dict(MODELS[name], tied=False, terms=(TOY_TERMS, TOY_MAX_OPERAND),
                 sft=(TOY_SFT_STEPS, TOY_SFT_BATCH, TOY_SFT_LR, TOY_SFT_SLIP_RATE, TOY_SFT_CHECK_RATE),
-                template=CHAT_TEMPLATE, phrase=INTERRUPT_PHRASE, version=1)
+                template=CHAT_TEMPLATE, phrase=INTERRUPT_PHRASE, version=2)
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:10]
 
 
@@ -150,19 +148,18 @@ def toy_model_path(out_dir: str, name: str = "toy") -> str:
 
 
 # One warm start for every x86 machine. Left to choose, PyTorch, MKL and oneDNN run AVX512 kernels where the CPU
-# has them, which round differently from AVX2 ones; over 900 warm-start steps that grows into another warm start,
-# and RL from the two differs (docs/study.md). So the warm start is built in a child process whose kernels are
+# has them, which round differently from AVX2 ones; over hundreds of warm-start steps that grows into another warm
+# start, and RL from the two differs (docs/study-v1.md). So the warm start is built in a child process whose kernels are
 # held to AVX2, which every x86-64 CPU of the last decade has; the thread count changes nothing (measured: 1 and
 # 2 threads, the same weights). MKL_CBWR asks MKL for the same results on Intel and AMD CPUs. Only the warm start
 # is held: training and generation use the machine's fastest kernels.
 REFERENCE_ISA_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2",
                      "MKL_CBWR": "AVX2"}
-# sha256 of model.safetensors as the reference build writes it (torch 2.13.0+cpu, transformers 5.19.0; what
-# `sha256sum` prints and train.py logs as model_sha256). Another CPU architecture or another torch builds another
-# warm start: it trains, but its runs are not the README's.
-REFERENCE_SHA256 = {"toy": "096a327f3fc299200416b5c37afbc133f0e0db7672e61ffbbaa2c4f0e48348ef",
-                    "toy-s": "3d247fb8bc1ac880fa4c0d5345a379f1f3d28a3a46f8c4c43b09949e2fdb7e2f",
-                    "toy-l": "74bf4f2821fe9188a5dc8d9a93d21806860ee303fb79a29251a0599b7543e258"}
+# sha256 of model.safetensors as the reference build writes it (torch 2.13.0+cpu, transformers 5.19.0, on a 2-core
+# Intel Xeon with AVX512-BF16, kernels held to AVX2; what `sha256sum` prints and train.py logs as model_sha256).
+# Another CPU or another torch may build another warm start: it trains, but its runs are not the README's. toy-s
+# and toy-l have no reference build of this task yet.
+REFERENCE_SHA256 = {"toy": "1f3a91a9157a8f3dc3f5818b44d2ff08ece686da85faa9b208fd997ad6f0eb38"}
 
 
 def reference_isa_env() -> dict:
@@ -242,43 +239,28 @@ def build_here(out_dir: str, name: str = "toy", log=print) -> str:
     return path
 
 
-def concise_prefix(prompt: str) -> str:
-    """The start of a problem's concise scratchpad, up to the next term: "Add: 7+5+9" -> "7+5=12 12+"."""
-    a, b = (int(t) for t in prompt.removeprefix("Add: ").split("+")[:2])
-    return f"{a}+{b}={a + b} {a + b}+"
-
-
-def warm_start_accuracy(path: str, num_prompts: int = 300, samples: int = 4, long: bool = False) -> dict:
-    """Share of correct answers of the model at `path` on the first num_prompts short (or, with long, long)
-    validation problems, sampled at temperature 1 with no thinking budget: in its own style ("free"), and forced
-    into the concise one (the first concise step and the next running sum appended to the prompt: "7+5=12 12+").
-    The budget makes RL shift the style; what the forced-concise accuracy misses is what RL must learn after
-    that, slowly (with a half-trained warm start, mostly the next term copied wrong where a digit repeats;
-    docs/measurements.md)."""
+def warm_start_accuracy(path: str, num_prompts: int = 70, samples: int = 4) -> dict:
+    """{number of terms: share of correct answers} of the model at `path` on the first num_prompts validation
+    problems of each length, sampled at temperature 1 with no thinking budget: what the policy knows before RL
+    (toy.py: about (1 - slip)^(n-1) for the default warm start)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-    rows = [r for r in toy_rows("val") if (r["prompt"].count("+") + 1 >= TOY_LONG_TERMS[0]) == long][:num_prompts]
     torch.manual_seed(0)
     result = {}
-    for style in ("free", "concise"):
-        prompts = []
-        for r in rows:
-            ids = format_prompt(tokenizer, r["prompt"])
-            if style == "concise":
-                ids += tokenizer(concise_prefix(r["prompt"]), add_special_tokens=False)["input_ids"]
-            prompts.append(ids)
+    for n in range(TOY_TERMS[0], TOY_TERMS[1] + 1):
+        rows = [r for r in toy_rows("val") if num_terms(r["prompt"]) == n][:num_prompts]
+        prompts = [format_prompt(tokenizer, r["prompt"]) for r in rows]
         width = max(map(len, prompts))  # left padding: every row's next token is at the same position
         ids = torch.tensor([[tokenizer.pad_token_id] * (width - len(p)) + p for p in prompts])
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
-        with torch.no_grad():  # room for a checked long solution (96-128 thinking tokens) and its answer
+        with torch.no_grad():  # room for a 9-term solution (~62 thinking tokens) and its answer
             out = model.generate(input_ids=ids, attention_mask=mask, do_sample=True, temperature=1.0, top_k=0,
-                                 max_new_tokens=160 if long else 120, num_return_sequences=samples,
-                                 pad_token_id=tokenizer.pad_token_id)
+                                 max_new_tokens=90, num_return_sequences=samples, pad_token_id=tokenizer.pad_token_id)
         texts = tokenizer.batch_decode(out[:, width:])
         answers = [r["answer"] for r in rows for _ in range(samples)]
-        result[style] = sum(final_answer(t) == a for t, a in zip(texts, answers)) / len(texts)
+        result[n] = sum(final_answer(t) == a for t, a in zip(texts, answers)) / len(texts)
     return result
 
 
@@ -287,8 +269,7 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser(description="Build the toy model (or find it cached) and print its folder.")
     ap.add_argument("--model", default="toy", choices=list(MODELS), help="which toy (default: toy)")
     ap.add_argument("--out_dir", default="out", help="where models are cached (default: out)")
-    ap.add_argument("--accuracy", action="store_true", help="also print its accuracy by style (warm_start_accuracy)")
-    ap.add_argument("--long", action="store_true", help="with --accuracy: on the long problems (8-9 terms)")
+    ap.add_argument("--accuracy", action="store_true", help="also print its accuracy by number of terms, no budget")
     ap.add_argument("--build_here", action="store_true", help="build in this process with its own kernels "
                     "(what build_toy_model runs in a child held to AVX2)")
     args = ap.parse_args()
@@ -298,4 +279,4 @@ if __name__ == "__main__":
     path = build_toy_model(args.out_dir, args.model)
     print(path)
     if args.accuracy:
-        print(" ".join(f"{style} {acc:.3f}" for style, acc in warm_start_accuracy(path, long=args.long).items()))
+        print(" ".join(f"{n} terms {acc:.3f}" for n, acc in warm_start_accuracy(path).items()))

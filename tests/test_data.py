@@ -41,22 +41,22 @@ def test_toy_solution_is_graded_correct_and_slips_are_wrong():
     assert sum(reward(p["solution"], p["answer"]) == -1.0 for p in slipped) > 0.7 * len(slipped)
 
 
-def test_concise_prefix_is_where_a_concise_solution_starts():
-    # toy.warm_start_accuracy forces the concise style with it; a wrong prefix would score a style nobody wrote
-    rng = random.Random(0)
-    for _ in range(200):
-        p = toy.toy_problem(rng)
-        assert p["solution"].startswith(toy.concise_prefix(p["prompt"]))
-        checked = toy.toy_problem(random.Random(p["prompt"]), check_rate=1.0)
-        assert not checked["solution"].startswith(toy.concise_prefix(checked["prompt"]))
+def test_toy_splits_hold_as_many_problems_of_every_length():
+    lengths = range(toy.TOY_TERMS[0], toy.TOY_TERMS[1] + 1)
+    for split, n in (("train", toy.TOY_NUM_TRAIN), ("val", toy.TOY_NUM_VAL)):
+        counts = [sum(toy.num_terms(r["prompt"]) == k for r in toy.toy_rows(split)) for k in lengths]
+        assert max(counts) - min(counts) <= 1 and sum(counts) == n, (split, counts)
 
 
-def test_the_warm_start_has_finished_learning_to_add_and_copy(toy_path):
-    """The toy's rise is the style alone (toy.py): with no budget to interrupt it, the warm start already gets short
-    sums right in its own style and forced into the concise one. A warm start with half the steps scored 0.57 and
-    0.17 here, and RL then spent thousands of steps teaching it to copy (docs/measurements.md)."""
-    accuracy = toy.warm_start_accuracy(toy_path, num_prompts=60, samples=2)
-    assert accuracy["free"] >= 0.9 and accuracy["concise"] >= 0.9, accuracy
+def test_the_warm_start_slips_as_its_teacher_does_and_long_sums_are_rarely_right(toy_path):
+    """What RL has to learn (toy.py): with no budget to interrupt it, the warm start adds and copies, but slips a
+    running sum about as often as its teacher (TOY_SFT_SLIP_RATE), so its accuracy falls with the number of terms,
+    near (1 - slip)^(n - 1). A warm start that had not learned to add would score far below that for short sums; one
+    that had learned not to slip, far above it for long ones, leaving RL nothing to learn."""
+    accuracy = toy.warm_start_accuracy(toy_path, num_prompts=40, samples=2)
+    q = 1 - toy.TOY_SFT_SLIP_RATE
+    assert accuracy[3] >= q**2 - 0.15 and accuracy[9] <= 0.35, accuracy
+    assert accuracy[3] > accuracy[6] > accuracy[9], accuracy
 
 
 def test_the_warm_start_is_built_with_kernels_held_to_avx2():
@@ -88,28 +88,25 @@ def test_a_warm_start_that_is_not_the_reference_build_is_named(tmp_path, toy_pat
 
 
 def test_the_budget_sets_the_ceiling(tokenizer):
-    """What sets A (toy.py): at the toy's thinking budget (drawn from 32-40 per request) every concise short
-    solution fits and no long one; a checked short one does not fit 32 (and a 5-term one never fits); twice the
-    budget fits every concise long solution and no checked long one."""
+    """What sets A (toy.py): the toy's thinking budget (drawn from 40-48 per request) fits every solution of up to 6
+    terms, some of 7, and of 8 or 9 only those that exactly fill the top of the range."""
     import config
-    budget, budget_2x = config.TOY["think_min_tokens"], 2 * config.TOY["think_min_tokens"]
-    most, most_2x = config.TOY["think_max_tokens"], 2 * config.TOY["think_max_tokens"]
+    least, most = config.TOY["think_min_tokens"], config.TOY["think_max_tokens"]
 
     def thinking_tokens(p):  # the scratchpad up to and including </think>
-        return len(tokenizer(p["solution"].split(rewards.THINK_END)[0] + rewards.THINK_END, add_special_tokens=False)["input_ids"])
-    def terms(p):
-        return p["prompt"].count("+") + 1
-    rng = random.Random(0)
-    for _ in range(300):
-        concise, checked = toy.toy_problem(rng), toy.toy_problem(random.Random(rng.random()), check_rate=1.0)
-        if terms(concise) >= toy.TOY_LONG_TERMS[0]:
-            assert most < thinking_tokens(concise) <= budget_2x
+        return len(tokenizer(p["solution"].split(rewards.THINK_END)[0] + rewards.THINK_END,
+                             add_special_tokens=False)["input_ids"])
+    rng, seven = random.Random(0), []
+    for _ in range(500):
+        p = toy.toy_problem(rng)
+        n = toy.num_terms(p["prompt"])
+        if n <= 6:
+            assert thinking_tokens(p) <= least
+        elif n == 7:
+            seven.append(thinking_tokens(p))
         else:
-            assert thinking_tokens(concise) <= budget
-        if terms(checked) >= toy.TOY_LONG_TERMS[0]:
-            assert thinking_tokens(checked) > most_2x
-        else:
-            assert thinking_tokens(checked) > (most if terms(checked) == toy.TOY_SHORT_TERMS[1] else budget)
+            assert thinking_tokens(p) >= most
+    assert min(seven) <= most and max(seven) > least
 
 
 def test_grader_reads_only_the_final_answer_after_thinking():
