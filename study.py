@@ -5,7 +5,6 @@ that a fit on the rise predicts the plateau, and each comparison pooled over its
 
     python study.py --part seeds --jobs 2        # `python train.py` with seeds 0-2: the references
     python study.py --part axes-budget --jobs 2  # §5: a longer thinking budget (56-64 tokens), 2 seeds
-    python study.py --part axes-batch --jobs 2   # §5: batch x2, 2 seeds
     python study.py --part loo --jobs 2          # §6: CISPO against DAPO at PPO-off-policy-8, 2 seeds each
     python study.py --part axes --fit_only       # just the fits, tables and figures from logs/study/*.jsonl
 
@@ -35,6 +34,7 @@ LOG_DIR = os.path.join(ROOT, "logs", "study")
 OUT_DIR = os.path.join(ROOT, "out")
 DOCS_DIR = os.path.join(ROOT, "docs")  # the figures
 _children: list = []  # the train.py processes running now
+_stopping = threading.Event()  # set by SIGTERM: a lane whose run stopped takes no next one
 
 
 def seeded(prefix: str, flags: list[str], seeds) -> dict:
@@ -51,8 +51,6 @@ PARTS = {
     "seeds": SEEDS,
     # paper §5 (Fig. 9): a longer thinking budget raises A. 56-64 tokens fit sums of up to 8 terms (toy.py)
     "axes-budget": seeded("budget64", ["--think_min_tokens", "56", "--think_max_tokens", "64"], range(2)),
-    # paper §5 (Fig. 8): a larger batch reaches a higher A, at first more slowly
-    "axes-batch": seeded("batch256", ["--batch", "256"], range(2)),
     # paper §3.2(a), Fig. 4b: under real off-policyness (PPO-off-policy-8, lags up to 7) CISPO beats DAPO;
     # stale-s* is the reference (CISPO), loo-dapo-s* its DAPO row
     "loo": {**seeded("stale", ["--mode", "ppo", "--k", "8"], range(2)),
@@ -126,6 +124,7 @@ def run(name: str, core: int | None = None) -> bool:
 def _stop(signum, frame):
     """SIGTERM (a scheduler's stop): pass it on to every running train.py, which stops after its current step and
     a checkpoint (the part resumes from there), wait for them (killed after 10 minutes), exit 128 + signum."""
+    _stopping.set()
     print("study: stopping; the running runs stop after their current step and a checkpoint", file=sys.stderr,
           flush=True)
     for proc in list(_children):
@@ -146,12 +145,13 @@ def run_all(names: list[str], jobs: int) -> bool:
 
     def lane(core):  # lane j always uses core j (None: one lane, unpinned)
         results = []
-        while True:
+        while not _stopping.is_set():
             try:
                 name = todo.popleft()
             except IndexError:
                 return all(results)
             results.append(run(name, core=core))
+        return False
 
     with ThreadPoolExecutor(jobs) as pool:
         return all(pool.map(lane, [None] if jobs == 1 else range(jobs)))

@@ -81,7 +81,7 @@ def test_unknown_run_is_one_line_and_exit_2():
 def test_a_run_is_finished_at_the_presets_max_steps():
     """Raising the toy's max_steps makes a finished run unfinished again, so study.py resumes it to the new end."""
     assert study.target_steps("default-s0") == config.TOY["max_steps"]
-    assert study.target_steps("batch256-s0") == config.TOY["max_steps"]
+    assert study.target_steps("budget64-s0") == config.TOY["max_steps"]
     assert config.parse_args([*study.flags_of("default-s0"), "--max_steps", "7"]).max_steps == 7
 
 
@@ -102,7 +102,14 @@ def _write_log(path, name, steps, a=0.65, b=2.0, curve=None):
                                 "pass_rate_se": 0.004}) + "\n")
 
 
-def test_an_axis_is_judged_against_the_seeds(tmp_path, monkeypatch):
+@pytest.fixture
+def batch_axis(monkeypatch):
+    """A second axis beside the budget's, as a fork would add one: batch x2, two seeds."""
+    monkeypatch.setattr(study, "PARTS", {**study.PARTS, "axes-batch": study.seeded("batch256", ["--batch", "256"],
+                                                                                    range(2))})
+
+
+def test_an_axis_is_judged_against_the_seeds(tmp_path, monkeypatch, batch_axis):
     """An axis run with a higher ceiling than the seeds reads "higher A", and one with the seeds' ceiling does not;
     each axis gets its figure, and the half-compute prediction of a clean sigmoid is close."""
     monkeypatch.setattr(study, "LOG_DIR", str(tmp_path))
@@ -122,7 +129,7 @@ def test_an_axis_is_judged_against_the_seeds(tmp_path, monkeypatch):
     assert "higher A" in rows["budget64-s0"] and "same A" in rows["batch256-s0"]
     assert "higher A" not in rows["batch256-s1"] and "lower A" not in rows["batch256-s1"], rows["batch256-s1"]
     error, persistence = (float(v) for v in rows["default-s0"].split("|")[-3:-1])  # of the fit up to 1.5 C_mid
-    assert abs(error) < 0.02 and abs(error) < abs(persistence)
+    assert abs(error) < 0.03 and abs(error) < abs(persistence)
     assert (tmp_path / "study-axis-budget64.png").exists() and (tmp_path / "study-axis-batch256.png").exists()
     assert not (tmp_path / "study-axes.png").exists()  # one figure per axis, not all of them in one
 
@@ -163,7 +170,7 @@ def test_a_setting_is_its_run_name_without_the_seed():
         ["batch64", "model-s", "stale", "loo-savg", "loo-dapo"]
 
 
-def test_settings_pooled_over_seeds_are_separated_by_the_seed_spread(tmp_path, monkeypatch):
+def test_settings_pooled_over_seeds_are_separated_by_the_seed_spread(tmp_path, monkeypatch, batch_axis):
     """Two seeds per setting, ceilings 0.02 apart within each: a setting 0.15 above the references is separated
     (the interval from the pooled spread, t with 3 degrees of freedom, is ~±0.05), one 0.01 above is not, and a
     run still training is shown but not compared."""
@@ -194,32 +201,43 @@ def test_runs_naming_no_run_is_one_line_and_exit_2():
 
 
 def test_sigterm_stops_the_running_train_py_too(tmp_path):
-    """study.py stopped by SIGTERM passes it to its train.py children and waits for them: none is left running.
+    """study.py stopped by SIGTERM passes it to its train.py children and waits for them: none is left running, and
+    the lane whose run stopped starts no next one (it once did: default-s2 started while the part was stopping).
     (A stand-in train.py in a folder of its own plays the child: it records its pid, then waits for the signal.)"""
     import signal
     import time
+    # two lanes: default-s0's stand-in stops at once, default-s1's 2 s later, while its lane-mate is free
     (tmp_path / "train.py").write_text(
         "import os, signal, sys, time\n"
-        f"open({str(tmp_path / 'pid')!r}, 'w').write(str(os.getpid()))\n"
-        f"signal.signal(signal.SIGTERM, lambda *a: (open({str(tmp_path / 'stopped')!r}, 'w').close(), sys.exit(143)))\n"
+        "name = sys.argv[sys.argv.index('--run_name') + 1]\n"
+        f"open({str(tmp_path / 'started')!r}, 'a').write(name + ' ')\n"
+        f"open({str(tmp_path / 'pid')!r}, 'a').write(str(os.getpid()) + ' ')\n"
+        "def stop(*a):\n"
+        f"    open({str(tmp_path / 'stopped')!r}, 'a').write(name + ' ')\n"
+        "    time.sleep(2 if name == 'default-s1' else 0)\n"
+        "    sys.exit(143)\n"
+        "signal.signal(signal.SIGTERM, stop)\n"
         "time.sleep(600)\n")
     code = (f"import sys; sys.path.insert(0, {str(REPO)!r}); import study; study.ROOT = {str(tmp_path)!r}; "
             f"study.LOG_DIR = {str(tmp_path / 'logs')!r}; study.OUT_DIR = {str(tmp_path / 'out')!r}; "
-            "study.main(['--runs', 'default-s0'])")
+            "study.main(['--runs', 'default-s0,default-s1,default-s2', '--jobs', '2'])")
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     start = time.time()
-    while not (tmp_path / "pid").exists():
+    while not (tmp_path / "pid").exists() or len((tmp_path / "pid").read_text().split()) < 2:
         assert proc.poll() is None and time.time() - start < 60, proc.communicate()
         time.sleep(0.05)
-    child = int((tmp_path / "pid").read_text())
+    time.sleep(0.5)  # both stand-ins have set their handlers
+    children = [int(p) for p in (tmp_path / "pid").read_text().split()]
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 128 + signal.SIGTERM and "stopping" in err
-    assert (tmp_path / "stopped").exists()  # the child got the signal
-    try:
-        os.kill(child, 0)
-        alive = True
-    except ProcessLookupError:
-        alive = False
-    assert not alive
+    assert sorted((tmp_path / "stopped").read_text().split()) == ["default-s0", "default-s1"]  # both got it
+    assert sorted((tmp_path / "started").read_text().split()) == ["default-s0", "default-s1"]  # and no third
+    for child in children:
+        try:
+            os.kill(child, 0)
+            alive = True
+        except ProcessLookupError:
+            alive = False
+        assert not alive
