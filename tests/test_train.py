@@ -196,13 +196,13 @@ def test_bf16_emulation_is_read_off_the_cpu_flags(tmp_path, flags, emulated):
 
 
 def test_evaluations_are_log_spaced_where_asked():
-    """The toy's evaluations (config.TOY): every 2 steps at first, then at least 25% further each time, so the
+    """The toy's evaluations (config.TOY): every 2 steps at first, then at least 20% further each time, so the
     rise near the start is sampled about as densely per decade of compute as the plateau; step 0 and the last
     step always. eval_growth 1 is the paper's even spacing."""
     import config
     toy = sorted(config.parse_args([]).eval_steps())
-    assert toy[:10] == [0, 2, 4, 6, 8, 10, 13, 17, 22, 28] and toy[-1] == 200 and len(toy) == 19
-    assert all(b >= max(a + 2, 1.25 * a) or b == 200 for a, b in zip(toy, toy[1:]))
-    even = config.parse_args(["--eval_growth", "1", "--eval_every", "30"]).eval_steps()
+    assert toy[:12] == [0, 2, 4, 6, 8, 10, 12, 15, 18, 22, 27, 33] and toy[-1] == 250 and len(toy) == 23
+    assert all(b >= max(a + 2, 1.2 * a) or b == 250 for a, b in zip(toy, toy[1:]))
+    even = config.parse_args(["--eval_growth", "1", "--eval_every", "30", "--max_steps", "200"]).eval_steps()
     assert sorted(even) == [0, 30, 60, 90, 120, 150, 180, 200]
     assert config.parse_args(["--eval_every", "-1"]).eval_steps() == set()
