@@ -219,7 +219,7 @@ def test_tensor_parallel_ranks_split_an_evaluation_and_keep_its_grading_budget(m
     import dataclasses
     gen = make_generator("--mode", "sync")
     _, val, grade = toy_rows
-    cfg = dataclasses.replace(gen.cfg, batch=16)
+    cfg = dataclasses.replace(gen.cfg, batch=16, eval_samples=3)  # 24 completions: 1.5 batches of grading time
 
     class Recording:
         def __init__(self):
