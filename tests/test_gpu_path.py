@@ -192,7 +192,7 @@ def test_prefix_cache_is_salted_by_weight_version(toy_rows, toy_path, tokenizer)
     try:
         gen.min_tokens = 120  # every completion thinks 120 tokens, then answers in a second request
         block = gen.engine.vllm_config.cache_config.block_size  # only whole blocks are cached (128 on CPU)
-        prompt = (train[0]["prompt_ids"] * 10)[:150]  # longer than a block
+        prompt = (train[0]["prompt_ids"] * 50)[:150]  # longer than a block (a 3-term prompt is ~13 tokens)
         hits = []
         for version in (0, 0, 1):  # the same group (same seeds) twice at version 0, then at version 1
             gen.set_version(version)
