@@ -117,7 +117,8 @@ def test_toy_run_writes_the_log_fit_curve_reads(tmp_path, toy_path):
     assert "Traceback" not in proc.stdout
     # the start-up lines say what the toy preset set, and not what was typed (--batch, --group)
     preset = next(ln for ln in proc.stdout.splitlines() if ln.startswith("toy preset (flags you type win): "))
-    assert "--lr 3e-05" in preset and "--group" not in preset and "--batch" not in preset
+    import config
+    assert f"--lr {config.TOY['lr']}" in preset and "--group" not in preset and "--batch" not in preset
     assert "4 prompts x 8 = 32 completions per step" in proc.stdout
 
 
