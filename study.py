@@ -1,5 +1,5 @@
-"""The paper in miniature (paper §4-6) on the CPU toy: seeds of the default, two of the paper's scaling axes
-(§5) and a leave-one-out row (§6) under real off-policyness, then sigmoid fits in completions drawn, the check
+"""The paper in miniature (paper §4-6) on the CPU toy: seeds of the default, a scaling axis of the paper (§5)
+and a leave-one-out row (§6) under real off-policyness, then sigmoid fits in completions drawn, the check
 that a fit on the rise predicts the plateau, and each comparison pooled over its seeds. Each part takes at most
 2 h with --jobs 2 on the 2-core machine (docs/study.md):
 
