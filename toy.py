@@ -248,9 +248,9 @@ def warm_start_accuracy(path: str, num_prompts: int = 70, samples: int = 4) -> d
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     torch.manual_seed(0)
-    result = {}
+    result, val = {}, toy_rows("val")
     for n in range(TOY_TERMS[0], TOY_TERMS[1] + 1):
-        rows = [r for r in toy_rows("val") if num_terms(r["prompt"]) == n][:num_prompts]
+        rows = [r for r in val if num_terms(r["prompt"]) == n][:num_prompts]
         prompts = [format_prompt(tokenizer, r["prompt"]) for r in rows]
         width = max(map(len, prompts))  # left padding: every row's next token is at the same position
         ids = torch.tensor([[tokenizer.pad_token_id] * (width - len(p)) + p for p in prompts])

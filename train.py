@@ -389,7 +389,7 @@ while True:
     if groups is None:  # NPR retired every training prompt (§3.2(d)): nothing left to learn from, so the run ends
         print0(f"stopping at step {step}: {rollouts.solved}")
         log({"kind": "stop", "step": step, "reason": rollouts.solved})
-        if cfg.eval_every != -1 and step not in eval_steps:
+        if eval_steps and step not in eval_steps:  # empty with --eval_every -1
             run_evaluation(step)
         with clock.paused():
             save_checkpoint()
