@@ -5,6 +5,7 @@ that a fit on the rise predicts the plateau, and each comparison pooled over its
 
     python study.py --part seeds --jobs 2        # `python train.py` with seeds 0-2: the references
     python study.py --part axes-budget --jobs 2  # §5: a longer thinking budget (56-64 tokens), 2 seeds
+    python study.py --part axes-batch --jobs 2   # §5: batch 256 (32 prompts x 8), 2 seeds
     python study.py --part loo --jobs 2          # §6: CISPO against DAPO at PPO-off-policy-8, 2 seeds each
     python study.py --part axes --fit_only       # just the fits, tables and figures from logs/study/*.jsonl
 
@@ -51,6 +52,8 @@ PARTS = {
     "seeds": SEEDS,
     # paper §5 (Fig. 9): a longer thinking budget raises A. 56-64 tokens fit sums of up to 8 terms (toy.py)
     "axes-budget": seeded("budget64", ["--think_min_tokens", "56", "--think_max_tokens", "64"], range(2)),
+    # paper §5 (Fig. 10): larger batches raise A; small ones look better early and are overtaken. Here 32 x 8
+    "axes-batch": seeded("batch256", ["--batch", "256"], range(2)),
     # paper §3.2(a), Fig. 4b: under real off-policyness (PPO-off-policy-8, lags up to 7) CISPO beats DAPO;
     # stale-s* is the reference (CISPO), loo-dapo-s* its DAPO row
     "loo": {**seeded("stale", ["--mode", "ppo", "--k", "8"], range(2)),
