@@ -84,6 +84,8 @@ class Config:
     #                              mean (A.15: "the effective batch size (after excluding truncated samples)")
 
     # --- curriculum (paper §3.2(d), Polaris) ---
+    train_prompts: int = 0  # > 0: train on a fixed pool of this many of the training prompts (the same pool for
+    #                         every --seed), so a short run covers several epochs and NPR acts (paper: ~6.7 epochs)
     npr: bool = True  # No-Positive-Resampling
     npr_threshold: float = 0.9  # retire a prompt from later epochs once its last group's pass rate >= this
 
@@ -330,6 +332,8 @@ def validate(cfg: Config) -> None:
         bad(f"need 1 <= --think_min_tokens <= --think_max_tokens, got {cfg.think_min_tokens} > {cfg.think_max_tokens}")
     if not 1 <= cfg.eval_growth <= 10:
         bad(f"--eval_growth is a factor in [1, 10], got {cfg.eval_growth}")
+    if cfg.train_prompts < 0:
+        bad(f"--train_prompts is a number of prompts, or 0 for all of them, got {cfg.train_prompts}")
     if not 0 < cfg.npr_threshold <= 1:
         bad(f"--npr_threshold is a pass rate in (0, 1], got {cfg.npr_threshold}")
     if cfg.weight_decay < 0 or cfg.adam_eps <= 0:

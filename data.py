@@ -95,6 +95,7 @@ DEFAULT_REWARD = "math"
 LOCAL_PROMPT_FIELDS, LOCAL_ANSWER_FIELDS = ("prompt", "problem", "question"), ("answer",)
 NUM_HELD_OUT = 1000  # paper §2.1: 1,000 prompts held out at random for validation
 HELD_OUT_SEED = 1234  # fixed, whatever --seed, so runs that differ in seed share one validation set
+POOL_SEED = 4321  # fixed, whatever --seed, so runs that differ in seed share one --train_prompts pool
 
 
 def _hub_reachable(timeout_s: float = 3.0) -> bool:
@@ -235,6 +236,12 @@ def load_task(cfg, tokenizer, rows: tuple[list[dict], list[dict]] | None = None,
     if not train:
         raise DataError(f"--dataset {cfg.dataset}: no training prompt fits in --prompt_max_tokens "
                         f"{cfg.prompt_max_tokens}")
+    if cfg.train_prompts:  # a sample, not the first rows: a dataset may be sorted by source or difficulty
+        if cfg.train_prompts > len(train):
+            raise DataError(f"--train_prompts {cfg.train_prompts} is more than the {len(train)} training prompts")
+        pool = sorted(random.Random(POOL_SEED).sample(range(len(train)), cfg.train_prompts))
+        log(f"training on a pool of {len(pool)} of the {len(train)} training prompts (--train_prompts)")
+        train = [train[i] for i in pool]
     return train, val, grade
 
 

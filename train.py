@@ -161,7 +161,7 @@ try:
 except (OSError, ValueError) as e:  # not on disk and no network, or not a causal LM folder
     fail(f"--model {cfg.model}: cannot load its config and tokenizer ({data.one_line(e)})")
 try:
-    train_rows, eval_rows, grade = data.load_task(cfg, tokenizer, task_rows)
+    train_rows, eval_rows, grade = data.load_task(cfg, tokenizer, task_rows, log=print0)
 except data.DataError as e:
     fail(str(e))
 # the answer a completion gives in the reward's form, or None: evaluations count format failures apart

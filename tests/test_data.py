@@ -2,6 +2,7 @@
 
     python -m pytest tests/test_data.py -q
 """
+import collections
 import os
 import platform
 import random
@@ -9,7 +10,10 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 import checkpoint
+import config
 import data
 import rewards
 import rollouts
@@ -160,6 +164,25 @@ def test_npr_off_keeps_every_prompt():
     for i, _ in s.draw(4):
         s.record(i, 1.0)
     assert sorted(i for i, _ in s.draw(4)) == [0, 1, 2, 3]
+
+
+def test_a_training_pool_is_a_fixed_sample_the_same_for_every_seed(tokenizer):
+    """--train_prompts N: N training prompts drawn across the whole split (not its first rows), the same N for
+    every --seed, so that seeds of a several-epoch run (NPR across epochs) train on one pool."""
+    lines = []
+    pools = [data.load_task(config.parse_args(["--train_prompts", "500", "--seed", s]), tokenizer,
+                            log=lines.append)[0] for s in ("0", "1")]
+    full = data.load_task(config.parse_args([]), tokenizer, log=lines.append)[0]
+    assert [r["prompt"] for r in pools[0]] == [r["prompt"] for r in pools[1]] and len(pools[0]) == 500
+    assert {r["prompt"] for r in pools[0]} <= {r["prompt"] for r in full}
+    assert [r["prompt"] for r in pools[0]] != [r["prompt"] for r in full[:500]]
+    lengths = collections.Counter(toy.num_terms(r["prompt"]) for r in pools[0])
+    assert set(lengths) == set(range(3, 10)) and max(lengths.values()) < 2 * min(lengths.values())
+    assert "training on a pool of 500 of the 3500 training prompts (--train_prompts)" in lines
+    with pytest.raises(data.DataError, match="--train_prompts 3501 is more than the 3500 training prompts"):
+        data.load_task(config.parse_args(["--train_prompts", "3501"]), tokenizer, log=lines.append)
+    with pytest.raises(config.ConfigError, match="--train_prompts is a number of prompts"):
+        config.parse_args(["--train_prompts", "-1"])
 
 
 def test_sampler_state_round_trips():
