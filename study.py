@@ -1,5 +1,5 @@
 """The paper in miniature (paper §4-6) on the CPU toy: seeds of the default, a scaling axis of the paper (§5)
-and a leave-one-out row (§6) under real off-policyness, then sigmoid fits in completions drawn, the check
+a leave-one-out row (§6) under real off-policyness and No-Positive-Resampling across epochs, then sigmoid fits in completions drawn, the check
 that a fit on the rise predicts the plateau, and each comparison pooled over its seeds. Each part takes at most
 2 h with --jobs 2 on the 2-core machine (docs/study.md):
 
@@ -7,12 +7,13 @@ that a fit on the rise predicts the plateau, and each comparison pooled over its
     python study.py --part axes-budget --jobs 2  # §5: a longer thinking budget (56-64 tokens), 2 seeds
     python study.py --part axes-batch --jobs 2   # §5: batch 256 (32 prompts x 8), 2 seeds
     python study.py --part loo --jobs 2          # §6: CISPO against DAPO at PPO-off-policy-8, 2 seeds each
+    python study.py --part npr --jobs 2          # §3.2(d): NPR on and off over 8 epochs of 500 prompts, 2 seeds each
     python study.py --part axes --fit_only       # just the fits, tables and figures from logs/study/*.jsonl
 
 Each run is `python train.py <flags> --run_name <name> --log_dir logs/study` with the toy's defaults. A run whose
 log holds its final evaluation is not run again; kill the script at any time and start it again: an interrupted
 run resumes from its last checkpoint. A progress line a minute gives each running run's step and pass rate. The
-parts of one family (seeds, loo or axes) share logs/study/<family>.md and <family>-fits.json, and a figure,
+parts of one family (seeds, loo, npr or axes) share logs/study/<family>.md and <family>-fits.json, and a figure,
 docs/study-<family>.png (the axes: docs/study-axis-<axis>.png each).
 """
 import argparse
@@ -58,11 +59,17 @@ PARTS = {
     # stale-s* is the reference (CISPO), loo-dapo-s* its DAPO row
     "loo": {**seeded("stale", ["--mode", "ppo", "--k", "8"], range(2)),
             **seeded("loo-dapo", ["--mode", "ppo", "--k", "8", "--loss", "dapo"], range(2))},
+    # paper §3.2(d), Fig. 6b: No-Positive-Resampling needs epochs. A pool of 500 prompts: 250 steps x 16 prompts
+    # draw 4,000, 8 epochs (the paper's runs ~6.7); npr500-s* is the recipe (the reference), nonpr500-s* its LOO row
+    "npr": {**seeded("npr500", ["--train_prompts", "500"], range(2)),
+            **seeded("nonpr500", ["--train_prompts", "500", "--no_npr"], range(2))},
 }
+# the runs each table's rows are judged against, by name prefix
+REFERENCES = {"seeds": "default-", "axes": "default-", "loo": "stale-", "npr": "npr500-"}
 
 
 def family(part: str) -> str:
-    """The table a part's runs go in: seeds, loo or axes."""
+    """The table a part's runs go in: seeds, loo, npr or axes."""
     return part.split("-")[0]
 
 
@@ -332,7 +339,7 @@ def fit(table: str, margin: float = 0.02, x: str = "samples"):
     import config
     suffix, unit = ("", "completions") if x == "samples" else (f"-{x}", "device-h")
     table_runs = runs_of(table)
-    ref = [n for n in (table_runs if table == "loo" else SEEDS) if n.startswith(("default-", "stale-"))]
+    ref = [n for n in dict.fromkeys([*SEEDS, *table_runs]) if n.startswith(REFERENCES[table])]
     dtype = {n: config.parse_args(flags_of(n)).dtype for n in [*ref, *table_runs]}
     names = [n for n in dict.fromkeys([*ref, *table_runs]) if records(n)]
     logs = [os.path.join(LOG_DIR, f"{n}.jsonl") for n in names]

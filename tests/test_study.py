@@ -47,8 +47,19 @@ def test_each_axis_changes_one_thing_against_the_seeds():
 
 def test_every_run_has_one_part_and_every_part_one_table():
     assert len(RUNS) == len(set(RUNS))
-    assert {study.family(p) for p in study.PARTS} == {"seeds", "loo", "axes"}
-    assert sorted(n for t in ("seeds", "loo", "axes") for n in study.runs_of(t)) == sorted(RUNS)
+    assert {study.family(p) for p in study.PARTS} == set(study.REFERENCES) == {"seeds", "loo", "npr", "axes"}
+    assert sorted(n for t in study.REFERENCES for n in study.runs_of(t)) == sorted(RUNS)
+    for table, prefix in study.REFERENCES.items():  # every table judges against runs it holds or the seeds
+        assert any(n.startswith(prefix) for n in [*study.SEEDS, *study.runs_of(table)]), table
+
+
+def test_the_npr_row_leaves_out_npr_only_and_trains_over_epochs():
+    """nonpr500-s* differs from its reference npr500-s* in NPR alone, and a run of either draws several epochs
+    of its pool (NPR retires prompts from later epochs only: within one it cannot act)."""
+    for s in (0, 1):
+        ref, row = (config.to_dict(config.parse_args(study.flags_of(f"{p}-s{s}"))) for p in ("npr500", "nonpr500"))
+        assert {k for k in ref if ref[k] != row[k]} == {"npr"} and ref["npr"] and not row["npr"]
+        assert ref["max_steps"] * config.parse_args(study.flags_of(f"npr500-s{s}")).prompts_per_step >= 6 * 500
 
 
 def test_a_free_lane_takes_the_next_run(monkeypatch):
