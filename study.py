@@ -1,7 +1,7 @@
-"""The paper in miniature (paper §4-6) on the CPU toy: seeds of the default, a scaling axis of the paper (§5)
-a leave-one-out row (§6) under real off-policyness and No-Positive-Resampling across epochs, then sigmoid fits in completions drawn, the check
-that a fit on the rise predicts the plateau, and each comparison pooled over its seeds. Each part takes at most
-2 h with --jobs 2 on the 2-core machine (docs/study.md):
+"""The paper in miniature (paper §4-6) on the CPU toy: seeds of the default, a scaling axis of the paper (§5),
+a leave-one-out row (§6) under real off-policyness and No-Positive-Resampling across epochs, then sigmoid fits
+in completions drawn, the check that a fit on the rise predicts the plateau, and each comparison pooled over its
+seeds. Each part takes at most 2 h with --jobs 2 on the 2-core machine (docs/study.md):
 
     python study.py --part seeds --jobs 2        # `python train.py` with seeds 0-2: the references
     python study.py --part axes-budget --jobs 2  # §5: a longer thinking budget (56-64 tokens), 2 seeds
