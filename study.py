@@ -6,14 +6,16 @@ seeds. Each part takes at most 2 h with --jobs 2 on the 2-core machine (docs/stu
     python study.py --part seeds --jobs 2        # `python train.py` with seeds 0-2: the references
     python study.py --part axes-budget --jobs 2  # §5: a longer thinking budget (56-64 tokens), 2 seeds
     python study.py --part axes-batch --jobs 2   # §5: batch 256 (32 prompts x 8), 2 seeds
+    python study.py --part axes-size --jobs 2    # §5: model size, toy-s (half the width) for 1000 steps, 2 seeds
     python study.py --part loo --jobs 2          # §6: CISPO against DAPO at PPO-off-policy-8, 2 seeds each
     python study.py --part npr --jobs 2          # §3.2(d): NPR on and off over 8 epochs of 500 prompts, 2 seeds each
+    python study.py --part hot --jobs 2          # §3.2(a): CISPO against DAPO at PPO-off-policy-8 and lr 2e-4
     python study.py --part axes --fit_only       # just the fits, tables and figures from logs/study/*.jsonl
 
 Each run is `python train.py <flags> --run_name <name> --log_dir logs/study` with the toy's defaults. A run whose
 log holds its final evaluation is not run again; kill the script at any time and start it again: an interrupted
 run resumes from its last checkpoint. A progress line a minute gives each running run's step and pass rate. The
-parts of one family (seeds, loo, npr or axes) share logs/study/<family>.md and <family>-fits.json, and a figure,
+parts of one family (seeds, loo, npr, hot or axes) share logs/study/<family>.md and <family>-fits.json, and a figure,
 docs/study-<family>.png (the axes: docs/study-axis-<axis>.png each).
 """
 import argparse
@@ -55,6 +57,10 @@ PARTS = {
     "axes-budget": seeded("budget64", ["--think_min_tokens", "56", "--think_max_tokens", "64"], range(2)),
     # paper §5 (Fig. 10): larger batches raise A; small ones look better early and are overtaken. Here 32 x 8
     "axes-batch": seeded("batch256", ["--batch", "256"], range(2)),
+    # paper §5 (Fig. 1, Table 1): a larger model reaches a higher A. Here the toy (1.08M parameters) against toy-s
+    # (0.29M: half the width), each from its own warm start of the same task. toy-s rises ~4x slower: at 250 steps
+    # its A was not identified (C_mid beyond its evaluations), so it runs 1000 steps (8 C_mid)
+    "axes-size": seeded("small", ["--model", "toy-s", "--max_steps", "1000"], range(2)),
     # paper §3.2(a), Fig. 4b: under real off-policyness (PPO-off-policy-8, lags up to 7) CISPO beats DAPO;
     # stale-s* is the reference (CISPO), loo-dapo-s* its DAPO row
     "loo": {**seeded("stale", ["--mode", "ppo", "--k", "8"], range(2)),
@@ -63,13 +69,19 @@ PARTS = {
     # draw 4,000, 8 epochs (the paper's runs ~6.7); npr500-s* is the recipe (the reference), nonpr500-s* its LOO row
     "npr": {**seeded("npr500", ["--train_prompts", "500"], range(2)),
             **seeded("nonpr500", ["--train_prompts", "500", "--no_npr"], range(2))},
+    # paper §3.2(a) where the losses can differ: PPO-off-policy-8 at lr 2e-4 (4x the preset's), where 64-step pilots
+    # saw DAPO clip 1.2% of tokens and CISPO collapse (docs/study.md); hot-cispo-s* is the reference
+    "hot": {**seeded("hot-cispo", ["--mode", "ppo", "--k", "8", "--lr", "2e-4"], range(2)),
+            **seeded("hot-dapo", ["--mode", "ppo", "--k", "8", "--lr", "2e-4", "--loss", "dapo"], range(2))},
 }
+# a fit explaining less of its evaluations' variance than this is no sigmoid: not judged, not pooled
+MIN_R2 = 0.5
 # the runs each table's rows are judged against, by name prefix
-REFERENCES = {"seeds": "default-", "axes": "default-", "loo": "stale-", "npr": "npr500-"}
+REFERENCES = {"seeds": "default-", "axes": "default-", "loo": "stale-", "npr": "npr500-", "hot": "hot-cispo-"}
 
 
 def family(part: str) -> str:
-    """The table a part's runs go in: seeds, loo, npr or axes."""
+    """The table a part's runs go in: seeds, loo, npr, hot or axes."""
     return part.split("-")[0]
 
 
@@ -217,11 +229,13 @@ def effects(rows: dict, groups: dict, dtype: dict) -> list[str]:
     A) and the ratio of C_mid, with 95% Student-t intervals from the seed spread pooled over every group of two or
     more seeds (a one-seed setting is assumed to spread as the others do). A run whose A is not identified (95%
     interval wider than 0.1, or C_mid beyond the fit's window: it ends before its rise, so its B and C_mid mean
-    nothing either) is left out; one with A beyond the margin from the common A has no B to compare."""
+    nothing either) is left out, and so is one whose fit explains less than MIN_R2 of its evaluations' variance
+    (no sigmoid: it collapsed or swung); one with A beyond the margin from the common A has no B to compare."""
     import numpy as np
     from scipy import stats
     fitted = {n: r for n, r in rows.items() if r.get("A_ci") and r["A_ci"][1] - r["A_ci"][0] <= 0.1
-              and 0 < r["C_mid"] <= r["window"][1]}  # a fit whose window ends before C_mid may pin A to its bound
+              and 0 < r["C_mid"] <= r["window"][1]  # a fit whose window ends before C_mid may pin A to its bound
+              and r["r2"] >= MIN_R2}
     values = {"A": {n: r["A"] for n, r in fitted.items()},  # B only where A is that of the others (fit_curve.py)
               "B": {n: r["B_at_A_common"] for n, r in fitted.items() if r["B_at_A_common"] is not None},
               "C_mid": {n: math.log(r["C_mid"]) for n, r in fitted.items()}}  # quantity -> run -> value
@@ -276,6 +290,8 @@ def against(name: str, value, values: list, sign: int) -> str:
 
 def verdict(r: dict, seeds: list[dict], margin: float) -> str:
     """A finished row against the references of its dtype, as the paper compares recipes (§4): A, then B and C_mid."""
+    if r["r2"] < MIN_R2:  # e.g. a run that rose before the window and then swung or collapsed
+        return f"no sigmoid in the window (R² {r['r2']:.2f}): compare its evaluations"
     if not seeds:
         return "no reference yet"
     if r["C_mid"] > r["window"][1]:  # still rising where its evaluations end: A may sit at the fit's bound
@@ -291,26 +307,40 @@ def verdict(r: dict, seeds: list[dict], margin: float) -> str:
         against("C_mid", r["C_mid"], [s["C_mid"] for s in seeds], -1)
 
 
+def stale_row(st: dict) -> str:
+    return f" {st['lag']:.2f} | {st['at_bound']:.1%} (k = {st['k']}) | {st['clipped']:.3%} |"
+
+
 def run_rows(names: list[str], rows: dict, halves: dict, verdicts: dict, unit: str, stale_cols: bool) -> list[str]:
     """The markdown table of the fitted runs, in the order of names; with stale_cols, their staleness too."""
     head, rule = (" mean lag | tokens at lag k − 1 | clipped tokens |", "---|---|---|") if stale_cols else ("", "")
     lines = [f"| run | flags | A [95% CI] | B [95% CI] | C_mid {unit} [95% CI] | R² | verdict | last eval ± s.e. | "
              f"predicted from the rise (<= 1.5 C_mid) | error | persistence error |{head}",
              "|---|---|---|---|---|---|---|---|---|---|---|" + rule]
+    for name in [n for n in names if n not in rows]:  # fit_curve.py fits no curve that does not rise (it says why)
+        evals = [e for e in records(name) if e["kind"] == "eval"]
+        if evals:
+            peak = max(evals, key=lambda e: e["pass_rate"])
+            lines.append(f"| {name} | `{' '.join(own_flags(name))}` | not fitted: no rise over the fit window "
+                         f"(peak {peak['pass_rate']:.3f} at step {peak['step']}) | | | | | "
+                         f"{evals[-1]['pass_rate']:.3f} ± {evals[-1].get('pass_rate_se', float('nan')):.3f} | | | |"
+                         + (stale_row(staleness(name)) if stale_cols else ""))
     for name in [n for n in names if n in rows]:
         r = rows[name]
         last = (halves.get(name, {}).get("extrapolation") or [{}])[-1]
         evals = [e for e in records(name) if e["kind"] == "eval"]
-        se = evals[-1].get("pass_rate_se", float("nan")) if evals else float("nan")
+        # the log's own last evaluation: a fit on the rise has no extrapolation when C_mid lies beyond the window
+        nan = float("nan")
+        actual, se = (evals[-1]["pass_rate"], evals[-1].get("pass_rate_se", nan)) if evals else (nan, nan)
         ci = {k: r.get(f"{k}_ci") or [float("nan")] * 2 for k in ("A", "B", "C_mid")}
         st = staleness(name) if stale_cols else {}
         lines.append(
             f"| {name} | `{' '.join(own_flags(name))}` | {r['A']:.3f} [{ci['A'][0]:.3f}, {ci['A'][1]:.3f}] | "
             f"{r['B']:.2f} [{ci['B'][0]:.2f}, {ci['B'][1]:.2f}] | {r['C_mid']:.3g} [{ci['C_mid'][0]:.3g}, "
             f"{ci['C_mid'][1]:.3g}] | {r['r2']:.3f} | {verdicts[name]} | "
-            f"{last.get('actual', float('nan')):.3f} ± {se:.3f} | {last.get('predicted', float('nan')):.3f} | "
+            f"{actual:.3f} ± {se:.3f} | {last.get('predicted', float('nan')):.3f} | "
             f"{last.get('error', float('nan')):+.3f} | {last.get('persistence_error', float('nan')):+.3f} |"
-            + (f" {st['lag']:.2f} | {st['at_bound']:.1%} (k = {st['k']}) | {st['clipped']:.3%} |" if st else ""))
+            + (stale_row(st) if st else ""))
     return lines
 
 
@@ -357,10 +387,10 @@ def fit(table: str, margin: float = 0.02, x: str = "samples"):
         groups.setdefault(dtype[n], []).append(rows[n])
     verdicts = {n: "unfinished" if n not in done else "reference" if n in ref
                 else verdict(rows[n], groups.get(dtype[n], []), margin) for n in names if n in rows}
-    stale_cols = table == "loo"  # the LOO rows' staleness: lags, and the tokens the loss clips
+    stale_cols = table in ("loo", "hot")  # the LOO rows' staleness: lags, and the tokens the loss clips
     lines = run_rows(names, rows, halves, verdicts, unit, stale_cols)
     refs = "; ".join(f"{', '.join(r['run'] for r in g)} ({d}, A mean {sum(r['A'] for r in g) / len(g):.3f})"
-                     for d, g in groups.items())
+                     for d, g in groups.items()) or f"no {REFERENCES[table]}* run has a fit"
     staleness_note = (" Staleness over all training steps, weighted by trained tokens: lags in versions; clipped is "
                       "DAPO's share with its clip active, CISPO's share truncated at eps_max, GRPO/GSPO's clip.")
     lines.append(f"\nReference: {refs}; margin {margin}. Verdicts: A beyond the margin first (its 95% interval "

@@ -47,10 +47,20 @@ def test_each_axis_changes_one_thing_against_the_seeds():
 
 def test_every_run_has_one_part_and_every_part_one_table():
     assert len(RUNS) == len(set(RUNS))
-    assert {study.family(p) for p in study.PARTS} == set(study.REFERENCES) == {"seeds", "loo", "npr", "axes"}
+    assert {study.family(p) for p in study.PARTS} == set(study.REFERENCES) == {"seeds", "loo", "npr", "hot", "axes"}
     assert sorted(n for t in study.REFERENCES for n in study.runs_of(t)) == sorted(RUNS)
     for table, prefix in study.REFERENCES.items():  # every table judges against runs it holds or the seeds
         assert any(n.startswith(prefix) for n in [*study.SEEDS, *study.runs_of(table)]), table
+
+
+def test_the_hot_rows_differ_in_the_loss_only_at_a_raised_learning_rate():
+    """hot-dapo-s* differs from its reference hot-cispo-s* in the loss alone; both run off-policy at a learning rate
+    above the preset's (where the losses can differ), so neither is a copy of the loo table's runs."""
+    preset = config.parse_args(study.flags_of("stale-s0"))
+    for s in (0, 1):
+        ref, row = (config.to_dict(config.parse_args(study.flags_of(f"{p}-s{s}"))) for p in ("hot-cispo", "hot-dapo"))
+        assert {k for k in ref if ref[k] != row[k]} == {"loss"} and (ref["loss"], row["loss"]) == ("cispo", "dapo")
+        assert ref["mode"] == "ppo" and ref["k"] == 8 and ref["lr"] > preset.lr
 
 
 def test_the_npr_row_leaves_out_npr_only_and_trains_over_epochs():
@@ -137,6 +147,8 @@ def test_an_axis_is_judged_against_the_seeds(tmp_path, monkeypatch, batch_axis):
     rows = {line.split("|")[1].strip(): line for line in (tmp_path / "axes.md").read_text().splitlines()
             if line.startswith("| ")}
     assert "not identified" in rows["budget64-s1"], rows["budget64-s1"]
+    last = 0.05 + 0.3 + 0.004 * math.sin(steps)  # its last evaluation is still shown, though no fit predicts it
+    assert f"| {last:.3f} ± 0.004 |" in rows["budget64-s1"], rows["budget64-s1"]
     assert "higher A" in rows["budget64-s0"] and "same A" in rows["batch256-s0"]
     assert "higher A" not in rows["batch256-s1"] and "lower A" not in rows["batch256-s1"], rows["batch256-s1"]
     error, persistence = (float(v) for v in rows["default-s0"].split("|")[-3:-1])  # of the fit up to 1.5 C_mid
@@ -158,6 +170,29 @@ def test_loo_rows_are_judged_against_their_own_references(tmp_path, monkeypatch)
             .splitlines() if line.startswith("| ")}  # the runs' table, not the pooled one below it
     assert "lower A" in rows["loo-dapo-s0"] and "default-s0" not in rows
     assert "tokens at lag k − 1" in (tmp_path / "loo.md").read_text().splitlines()[0]  # the staleness columns
+
+
+def test_runs_that_collapse_are_shown_but_neither_judged_nor_pooled(tmp_path, monkeypatch):
+    """A run that rises and collapses before the fit window has a row (its peak and last evaluation), though
+    fit_curve.py fits no curve to it; one that swings about a level has a fit that explains nothing: "no sigmoid",
+    and it stays out of the pooled comparison."""
+    monkeypatch.setattr(study, "LOG_DIR", str(tmp_path))
+    monkeypatch.setattr(study, "DOCS_DIR", str(tmp_path))
+    steps = config.TOY["max_steps"]
+    collapse = lambda step: 0.25 + 0.01 * step if step <= 18 else 0.03  # noqa: E731
+    swing = lambda step: 0.25 + 0.01 * step if step <= 18 else 0.35 + 0.05 * (-1) ** (step % 2)  # noqa: E731
+    for name in ("hot-cispo-s0", "hot-cispo-s1"):
+        _write_log(tmp_path / f"{name}.jsonl", name, steps)
+    _write_log(tmp_path / "hot-dapo-s0.jsonl", "hot-dapo-s0", steps, curve=collapse)
+    _write_log(tmp_path / "hot-dapo-s1.jsonl", "hot-dapo-s1", steps, curve=swing)
+    study.fit("hot")
+    text = (tmp_path / "hot.md").read_text()
+    rows = {line.split("|")[1].strip(): line for line in text.splitlines() if line.startswith("| ")}
+    peak = f"peak {0.43 + 0.004 * math.sin(18):.3f} at step 18"  # _write_log's wiggle on the highest evaluation
+    assert "not fitted" in rows["hot-dapo-s0"] and peak in rows["hot-dapo-s0"], rows["hot-dapo-s0"]
+    assert "no sigmoid" in rows["hot-dapo-s1"], rows["hot-dapo-s1"]
+    pooled = next(line for line in text.splitlines() if line.startswith("| hot-dapo |"))
+    assert "(0 with A identified) | not identified |" in pooled and pooled.endswith("| none |"), pooled
 
 
 def test_staleness_is_weighted_by_each_steps_trained_tokens(tmp_path, monkeypatch):
