@@ -58,8 +58,8 @@ PARTS = {
     # paper §5 (Fig. 10): larger batches raise A; small ones look better early and are overtaken. Here 32 x 8
     "axes-batch": seeded("batch256", ["--batch", "256"], range(2)),
     # paper §5 (Fig. 1, Table 1): a larger model reaches a higher A. Here the toy (1.08M parameters) against toy-s
-    # (0.29M: half the width), each from its own warm start of the same task. toy-s rises ~4x slower: at 250 steps
-    # its A was not identified (C_mid beyond its evaluations), so it runs 1000 steps (8 C_mid)
+    # (0.29M: half the width), each from its own warm start of the same task; toy-s rises far slower in completions,
+    # so it runs 4x the steps (docs/study.md)
     "axes-size": seeded("small", ["--model", "toy-s", "--max_steps", "1000"], range(2)),
     # paper §3.2(a), Fig. 4b: under real off-policyness (PPO-off-policy-8, lags up to 7) CISPO beats DAPO;
     # stale-s* is the reference (CISPO), loo-dapo-s* its DAPO row
@@ -69,8 +69,8 @@ PARTS = {
     # draw 4,000, 8 epochs (the paper's runs ~6.7); npr500-s* is the recipe (the reference), nonpr500-s* its LOO row
     "npr": {**seeded("npr500", ["--train_prompts", "500"], range(2)),
             **seeded("nonpr500", ["--train_prompts", "500", "--no_npr"], range(2))},
-    # paper §3.2(a) where the losses can differ: PPO-off-policy-8 at lr 2e-4 (4x the preset's), where 64-step pilots
-    # saw DAPO clip 1.2% of tokens and CISPO collapse (docs/study.md); hot-cispo-s* is the reference
+    # paper §3.2(a) where the losses can differ: PPO-off-policy-8 at lr 2e-4, 4x the preset's, where the policy
+    # moves enough per generation for DAPO's clip to act (docs/study.md); hot-cispo-s* is the reference
     "hot": {**seeded("hot-cispo", ["--mode", "ppo", "--k", "8", "--lr", "2e-4"], range(2)),
             **seeded("hot-dapo", ["--mode", "ppo", "--k", "8", "--lr", "2e-4", "--loss", "dapo"], range(2))},
 }
@@ -356,8 +356,19 @@ def plot(table: str, table_runs: list[str], names: list[str], logs: list[str], r
             if runs:  # an axis with no run yet gets no figure
                 plots[f"study-axis-{axis}{suffix}.png"] = [log for n, log in zip(names, logs) if n in ref or n in runs]
     for png, files in plots.items():
-        subprocess.run([sys.executable, "fit_curve.py", *files, "--fit-to-cmid", "1.5", "--bootstrap", "0", "--x", x,
-                        "--plot", os.path.join(DOCS_DIR, png)], cwd=ROOT, capture_output=True)
+        done = subprocess.run([sys.executable, "fit_curve.py", *files, "--fit-to-cmid", "1.5", "--bootstrap", "0",
+                               "--x", x, "--plot", os.path.join(DOCS_DIR, png)], cwd=ROOT, capture_output=True)
+        if done.returncode:  # no run could be fitted (they collapsed): the evaluations alone
+            import matplotlib.pyplot as plt
+            fig, ax = plt.subplots(figsize=(9, 5))
+            for name in (os.path.basename(f).removesuffix(".jsonl") for f in files):
+                evals = [r for r in records(name) if r["kind"] == "eval" and r.get(x)]  # x = 0: not on a log axis
+                ax.plot([r[x] for r in evals], [r["pass_rate"] for r in evals], "o-", ms=3, label=name)
+            ax.set(xscale="log", xlabel=f"{'completions drawn (batch x steps)' if x == 'samples' else x} (log scale)",
+                   ylabel="validation pass rate (held-out prompts x samples)", title="no run fitted: the evaluations")
+            ax.legend()
+            fig.savefig(os.path.join(DOCS_DIR, png), dpi=120)
+            plt.close(fig)
 
 
 def fit(table: str, margin: float = 0.02, x: str = "samples"):

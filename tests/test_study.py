@@ -195,6 +195,17 @@ def test_runs_that_collapse_are_shown_but_neither_judged_nor_pooled(tmp_path, mo
     assert "(0 with A identified) | not identified |" in pooled and pooled.endswith("| none |"), pooled
 
 
+def test_a_table_where_no_run_fits_still_gets_its_figure(tmp_path, monkeypatch):
+    """When every run collapsed, fit_curve.py draws nothing; the figure shows the evaluations alone."""
+    monkeypatch.setattr(study, "LOG_DIR", str(tmp_path))
+    monkeypatch.setattr(study, "DOCS_DIR", str(tmp_path))
+    for name in ("hot-cispo-s0", "hot-dapo-s0"):
+        _write_log(tmp_path / f"{name}.jsonl", name, config.TOY["max_steps"],
+                   curve=lambda step: 0.25 + 0.01 * step if step <= 18 else 0.03)
+    study.fit("hot")
+    assert (tmp_path / "study-hot.png").stat().st_size > 10_000
+
+
 def test_staleness_is_weighted_by_each_steps_trained_tokens(tmp_path, monkeypatch):
     """A log's "tokens" is a running total: the second step trained 300 tokens, the first 100. A plain mean of the
     steps' shares would give lag 3.5 and 50% at the bound (k = 8); weighted by tokens, 5.25 and 75%."""
