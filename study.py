@@ -317,30 +317,28 @@ def run_rows(names: list[str], rows: dict, halves: dict, verdicts: dict, unit: s
     lines = [f"| run | flags | A [95% CI] | B [95% CI] | C_mid {unit} [95% CI] | R² | verdict | last eval ± s.e. | "
              f"predicted from the rise (<= 1.5 C_mid) | error | persistence error |{head}",
              "|---|---|---|---|---|---|---|---|---|---|---|" + rule]
-    for name in [n for n in names if n not in rows]:  # fit_curve.py fits no curve that does not rise (it says why)
-        evals = [e for e in records(name) if e["kind"] == "eval"]
-        if evals:
-            peak = max(evals, key=lambda e: e["pass_rate"])
-            lines.append(f"| {name} | `{' '.join(own_flags(name))}` | not fitted: no rise over the fit window "
-                         f"(peak {peak['pass_rate']:.3f} at step {peak['step']}) | | | | | "
-                         f"{evals[-1]['pass_rate']:.3f} ± {evals[-1].get('pass_rate_se', float('nan')):.3f} | | | |"
-                         + (stale_row(staleness(name)) if stale_cols else ""))
-    for name in [n for n in names if n in rows]:
-        r = rows[name]
-        last = (halves.get(name, {}).get("extrapolation") or [{}])[-1]
+    nan = float("nan")
+    for name in names:
         evals = [e for e in records(name) if e["kind"] == "eval"]
         # the log's own last evaluation: a fit on the rise has no extrapolation when C_mid lies beyond the window
-        nan = float("nan")
         actual, se = (evals[-1]["pass_rate"], evals[-1].get("pass_rate_se", nan)) if evals else (nan, nan)
-        ci = {k: r.get(f"{k}_ci") or [float("nan")] * 2 for k in ("A", "B", "C_mid")}
-        st = staleness(name) if stale_cols else {}
+        stale = stale_row(staleness(name)) if stale_cols else ""
+        if name not in rows:  # fit_curve.py fits no curve that does not rise (it says why)
+            if evals:
+                peak = max(evals, key=lambda e: e["pass_rate"])
+                lines.append(f"| {name} | `{' '.join(own_flags(name))}` | not fitted: no rise over the fit window "
+                             f"(peak {peak['pass_rate']:.3f} at step {peak['step']}) | | | | | {actual:.3f} ± "
+                             f"{se:.3f} | | | |{stale}")
+            continue
+        r = rows[name]
+        last = (halves.get(name, {}).get("extrapolation") or [{}])[-1]
+        ci = {k: r.get(f"{k}_ci") or [nan] * 2 for k in ("A", "B", "C_mid")}
         lines.append(
             f"| {name} | `{' '.join(own_flags(name))}` | {r['A']:.3f} [{ci['A'][0]:.3f}, {ci['A'][1]:.3f}] | "
             f"{r['B']:.2f} [{ci['B'][0]:.2f}, {ci['B'][1]:.2f}] | {r['C_mid']:.3g} [{ci['C_mid'][0]:.3g}, "
-            f"{ci['C_mid'][1]:.3g}] | {r['r2']:.3f} | {verdicts[name]} | "
-            f"{actual:.3f} ± {se:.3f} | {last.get('predicted', float('nan')):.3f} | "
-            f"{last.get('error', float('nan')):+.3f} | {last.get('persistence_error', float('nan')):+.3f} |"
-            + (stale_row(st) if st else ""))
+            f"{ci['C_mid'][1]:.3g}] | {r['r2']:.3f} | {verdicts[name]} | {actual:.3f} ± {se:.3f} | "
+            f"{last.get('predicted', nan):.3f} | {last.get('error', nan):+.3f} | "
+            f"{last.get('persistence_error', nan):+.3f} |{stale}")
     return lines
 
 
