@@ -2,6 +2,7 @@
 fit_curve.py's protocol, behind docs/study.md's "prediction windows":
 
     python docs/identifiability.py docs/logs/study-v2/default-s*.jsonl
+    python docs/identifiability.py --noise-scale 0.5 docs/logs/study-v2/default-s*.jsonl  # 4x samples an eval
 
 For each log, the truth is that run's own full fit (fit_curve.py's cut and fit), so the curve is exactly a sigmoid
 and any miss is the window's, not the task's. Each replicate draws new evaluations at the run's own evaluation
@@ -10,6 +11,7 @@ full run to find C_mid, fits again up to F x C_mid, and predicts the last evalua
 error is within 0.03 and smaller than persistence's (the last in-window evaluation carried forward): issue 37's
 target 3. Prints the pass rate per run and window, and the chance that three seeds all pass.
 """
+import argparse
 import json
 import math
 import os
@@ -27,11 +29,14 @@ TOLERANCE = 0.03  # pass rate units
 
 def load(path):
     """-> (x completions drawn (n,), pass rate (n,), early cut in completions) from a train.py log."""
-    recs = [json.loads(line) for line in open(path)]
-    cfg = recs[0]
-    ev = [r for r in recs if r["kind"] == "eval"]
-    return (np.array([r["samples"] for r in ev], float), np.array([r["pass_rate"] for r in ev]),
-            cfg["warmup_steps"] * cfg["batch"])
+    try:
+        recs = [json.loads(line) for line in open(path)]
+        cfg = recs[0]
+        ev = [r for r in recs if r["kind"] == "eval"]
+        return (np.array([r["samples"] for r in ev], float), np.array([r["pass_rate"] for r in ev]),
+                cfg["warmup_steps"] * cfg["batch"])
+    except (OSError, ValueError, KeyError, IndexError, TypeError) as e:
+        sys.exit(f"{path}: not a readable train.py log ({type(e).__name__}: {e})")
 
 
 def fit(x, y, r0):
@@ -56,16 +61,16 @@ def trial(x, truth, noise, cut, window, rng):
     return fit_curve.sigmoid(x[-1], *params) - y[-1], y[inside][-1] - y[-1]
 
 
-def main(paths):
+def main(paths, noise_scale=1.0):
     rng = np.random.default_rng(0)
     rates = {}  # (schedule, window) -> pass rate per run
     for path in paths:
         x, y, cut = load(path)
         kept = x >= cut
         A, B, C_mid, R0 = params = fit(x[kept], y[kept], y[0])
-        noise = float(np.sqrt(np.mean((y[kept] - fit_curve.sigmoid(x[kept], *params)) ** 2)))
+        noise = noise_scale * float(np.sqrt(np.mean((y[kept] - fit_curve.sigmoid(x[kept], *params)) ** 2)))
         print(f"{os.path.basename(path)}: truth A {A:.3f} B {B:.2f} C_mid {C_mid:.0f} R0 {R0:.3f}, "
-              f"noise {noise:.4f} (RMS residual), {len(x)} evaluations")
+              f"noise {noise:.4f} ({noise_scale} x the RMS residual), {len(x)} evaluations")
         for schedule, xs in (("own", x), ("2x during rise", densified(x, 3 * C_mid))):
             truth = fit_curve.sigmoid(np.maximum(xs, 1e-12), *params)
             truth[xs == 0] = R0
@@ -82,6 +87,11 @@ def main(paths):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 2:
-        sys.exit("usage: python docs/identifiability.py LOG.jsonl [LOG.jsonl ...]")
-    main(sys.argv[1:])
+    parser = argparse.ArgumentParser(description="Monte Carlo check of fitting a sigmoid up to F x C_mid")
+    parser.add_argument("logs", nargs="+", help="train.py logs (.jsonl)")
+    parser.add_argument("--noise-scale", type=float, default=1.0,
+                        help="noise = this x each run's own RMS residual (0.5: 4x the samples an evaluation)")
+    args = parser.parse_args()
+    if not args.noise_scale > 0:
+        parser.error(f"--noise-scale must be positive, got {args.noise_scale}")
+    main(args.logs, args.noise_scale)
