@@ -6,7 +6,7 @@ seeds. Each part takes at most 2 h with --jobs 2 on the 2-core machine (docs/stu
     python study.py --part seeds --jobs 2        # `python train.py` with seeds 0-2: the references
     python study.py --part axes-budget --jobs 2  # §5: a longer thinking budget (56-64 tokens), 2 seeds
     python study.py --part axes-batch --jobs 2   # §5: batch 256 (32 prompts x 8), 2 seeds
-    python study.py --part axes-size --jobs 2    # §5: model size, toy-s (half the width) for 2500 steps, 2 seeds
+    python study.py --part axes-size --jobs 2    # §5: model size, toy-s (half the width) for 5000 steps, 2 seeds
     python study.py --part loo --jobs 2          # §6: CISPO against DAPO at PPO-off-policy-8, 2 seeds each
     python study.py --part npr --jobs 2          # §3.2(d): NPR on and off over 8 epochs of 500 prompts, 2 seeds each
     python study.py --part hot --jobs 2          # §3.2(a): CISPO against DAPO at PPO-off-policy-8 and lr 2e-4
@@ -59,8 +59,8 @@ PARTS = {
     "axes-batch": seeded("batch256", ["--batch", "256"], range(2)),
     # paper §5 (Fig. 1, Table 1): a larger model reaches a higher A. Here the toy (1.08M parameters) against toy-s
     # (0.29M: half the width), each from its own warm start of the same task; toy-s rises far slower in completions,
-    # so it runs 10x the steps, to about 7 x its C_mid (docs/study.md)
-    "axes-size": seeded("small", ["--model", "toy-s", "--max_steps", "2500"], range(2)),
+    # so it runs 20x the steps, to 12-17 x its C_mid (docs/study.md)
+    "axes-size": seeded("small", ["--model", "toy-s", "--max_steps", "5000"], range(2)),
     # paper §3.2(a), Fig. 4b: under real off-policyness (PPO-off-policy-8, lags up to 7) CISPO beats DAPO;
     # stale-s* is the reference (CISPO), loo-dapo-s* its DAPO row
     "loo": {**seeded("stale", ["--mode", "ppo", "--k", "8"], range(2)),
