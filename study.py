@@ -59,7 +59,7 @@ PARTS = {
     "axes-batch": seeded("batch256", ["--batch", "256"], range(2)),
     # paper §5 (Fig. 1, Table 1): a larger model reaches a higher A. Here the toy (1.08M parameters) against toy-s
     # (0.29M: half the width), each from its own warm start of the same task; toy-s rises far slower in completions,
-    # so it runs 20x the steps, to 12-17 x its C_mid (docs/study.md)
+    # so it runs 20x the steps (docs/study.md)
     "axes-size": seeded("small", ["--model", "toy-s", "--max_steps", "5000"], range(2)),
     # paper §3.2(a), Fig. 4b: under real off-policyness (PPO-off-policy-8, lags up to 7) CISPO beats DAPO;
     # stale-s* is the reference (CISPO), loo-dapo-s* its DAPO row
