@@ -1,12 +1,13 @@
-"""The paper in miniature (paper §4-6) on the CPU toy: seeds of the default, a scaling axis of the paper (§5),
-a leave-one-out row (§6) under real off-policyness and No-Positive-Resampling across epochs, then sigmoid fits
-in completions drawn, the check that a fit on the rise predicts the plateau, and each comparison pooled over its
-seeds. Each part takes at most 2 h with --jobs 2 on the 2-core machine (docs/study.md):
+"""The paper in miniature (§4-6) on the CPU toy: seeds of the default, the §5 axes, §6 leave-one-out rows and NPR
+over epochs; then sigmoid fits in completions drawn, whether a fit on the rise predicts the plateau, and each
+comparison pooled over its seeds. Each part takes at most 2 h with --jobs 2 on the 2-core machine (docs/study.md):
 
     python study.py --part seeds --jobs 2        # `python train.py` with seeds 0-2: the references
     python study.py --part axes-budget --jobs 2  # §5: a longer thinking budget (56-64 tokens), 2 seeds
     python study.py --part axes-batch --jobs 2   # §5: batch 256 (32 prompts x 8), 2 seeds
     python study.py --part axes-size --jobs 2    # §5: model size, toy-s (half the width) for 5000 steps, 2 seeds
+    python study.py --part axes-group --jobs 2   # §5: 16 and 4 generations per prompt at batch 128, 2 seeds each
+    python study.py --part axes-loo --jobs 2     # §6: no zero-variance filter; prompt-level advantage normalization
     python study.py --part loo --jobs 2          # §6: CISPO against DAPO at PPO-off-policy-8, 2 seeds each
     python study.py --part npr --jobs 2          # §3.2(d): NPR on and off over 8 epochs of 500 prompts, 2 seeds each
     python study.py --part hot --jobs 2          # §3.2(a): CISPO against DAPO at PPO-off-policy-8 and lr 2e-4
@@ -14,9 +15,8 @@ seeds. Each part takes at most 2 h with --jobs 2 on the 2-core machine (docs/stu
 
 Each run is `python train.py <flags> --run_name <name> --log_dir logs/study` with the toy's defaults. A run whose
 log holds its final evaluation is not run again; kill the script at any time and start it again: an interrupted
-run resumes from its last checkpoint. A progress line a minute gives each running run's step and pass rate. The
-parts of one family (seeds, loo, npr, hot or axes) share logs/study/<family>.md and <family>-fits.json, and a figure,
-docs/study-<family>.png (the axes: docs/study-axis-<axis>.png each).
+run resumes from its last checkpoint; a progress line a minute. The parts of one family (seeds, loo, npr, hot or
+axes) share logs/study/<family>.md, <family>-fits.json and docs/study-<family>.png (axes: study-axis-<axis>.png).
 """
 import argparse
 import collections
@@ -58,9 +58,13 @@ PARTS = {
     # paper §5 (Fig. 10): larger batches raise A; small ones look better early and are overtaken. Here 32 x 8
     "axes-batch": seeded("batch256", ["--batch", "256"], range(2)),
     # paper §5 (Fig. 1, Table 1): a larger model reaches a higher A. Here the toy (1.08M parameters) against toy-s
-    # (0.29M: half the width), each from its own warm start of the same task; toy-s rises far slower in completions,
-    # so it runs 20x the steps (docs/study.md)
+    # (0.29M: half the width), each from its own warm start of the same task; toy-s runs 20x the steps (far slower)
     "axes-size": seeded("small", ["--model", "toy-s", "--max_steps", "5000"], range(2)),
+    # paper §5 (A.13, Fig. 17): 8-32 generations a prompt at a fixed batch: curves "essentially unchanged"
+    "axes-group": {**seeded("group16", ["--group", "16"], range(2)), **seeded("group4", ["--group", "4"], range(2))},
+    # paper §6 (Fig. 7): each leave-one-out row keeps A (within 0.02) and costs B or C_mid; here against the default
+    "axes-loo": {**seeded("nozvf", ["--no_zero_var_filter"], range(2)),
+                 **seeded("advprompt", ["--adv_norm", "prompt"], range(2))},
     # paper §3.2(a), Fig. 4b: under real off-policyness (PPO-off-policy-8, lags up to 7) CISPO beats DAPO;
     # stale-s* is the reference (CISPO), loo-dapo-s* its DAPO row
     "loo": {**seeded("stale", ["--mode", "ppo", "--k", "8"], range(2)),
@@ -188,8 +192,7 @@ def progress(names: list[str], stop: threading.Event, every_s: float = 60.0):
             recs = records(name)
             if not recs or finished(name):
                 continue
-            train = [r for r in recs if r["kind"] == "train"]
-            evals = [r for r in recs if r["kind"] == "eval"]
+            train, evals = ([r for r in recs if r["kind"] == kind] for kind in ("train", "eval"))
             parts.append(f"{name} step {train[-1]['step'] if train else 0}/{target_steps(name)}"
                          + (f" pass {evals[-1]['pass_rate']:.3f}" if evals else ""))
         done = sum(finished(n) for n in names)
@@ -227,10 +230,11 @@ def setting(name: str) -> str:
 def effects(rows: dict, groups: dict, dtype: dict) -> list[str]:
     """Each setting against its references, pooled over seeds: differences of the means of A and of B (at the common
     A) and the ratio of C_mid, with 95% Student-t intervals from the seed spread pooled over every group of two or
-    more seeds (a one-seed setting is assumed to spread as the others do). A run whose A is not identified (95%
-    interval wider than 0.1, or C_mid beyond the fit's window: it ends before its rise, so its B and C_mid mean
-    nothing either) is left out, and so is one whose fit explains less than MIN_R2 of its evaluations' variance
-    (no sigmoid: it collapsed or swung); one with A beyond the margin from the common A has no B to compare."""
+    more seeds; a setting judged on one run spreads as the others do, or as that run's own fit interval of A or
+    C_mid where it is wider (a slow fit with B near 1 is far less certain than the seeds). A run whose A is not
+    identified (95% interval wider than 0.1, or C_mid beyond the fit's window: it ends before its rise, so its B and
+    C_mid mean nothing either) is left out, and so is one whose fit explains less than MIN_R2 of its evaluations'
+    variance (no sigmoid: it collapsed or swung); one with A beyond the margin from the common A has no B to compare."""
     import numpy as np
     from scipy import stats
     fitted = {n: r for n, r in rows.items() if r.get("A_ci") and r["A_ci"][1] - r["A_ci"][0] <= 0.1
@@ -263,12 +267,15 @@ def effects(rows: dict, groups: dict, dtype: dict) -> list[str]:
                 continue
             d = float(np.mean(x) - np.mean(y))
             half = float(stats.t.ppf(0.975, dof)) * sd * math.sqrt(1 / len(x) + 1 / len(y))
+            lo, hi = d - half, d + half
+            if len(x) == 1 and q != "B":  # a lone run: its own fit's interval where wider (none for B at common A)
+                own = [c if q == "A" else math.log(c) for c in rows[next(n for n in runs if n in v)][f"{q}_ci"]]
+                lo, hi = min(lo, own[0] - float(np.mean(y))), max(hi, own[1] - float(np.mean(y)))
             if q == "C_mid":  # a ratio: C_mid below 1x is faster
-                cells.append(f"{math.exp(d):.2f}x [{math.exp(d - half):.2f}, {math.exp(d + half):.2f}]")
+                cells.append(f"{math.exp(d):.2f}x [{math.exp(lo):.2f}, {math.exp(hi):.2f}]")
             else:
-                cells.append(f"{d:+.3f} [{d - half:+.3f}, {d + half:+.3f}]" if q == "A"
-                             else f"{d:+.2f} [{d - half:+.2f}, {d + half:+.2f}]")
-            if abs(d) > half:
+                cells.append(f"{d:+.3f} [{lo:+.3f}, {hi:+.3f}]" if q == "A" else f"{d:+.2f} [{lo:+.2f}, {hi:+.2f}]")
+            if lo > 0 or hi < 0:
                 separated.append({"A": "higher A" if d > 0 else "lower A", "B": "higher B" if d > 0 else "lower B",
                                   "C_mid": "lower C_mid" if d < 0 else "higher C_mid"}[q])
         a = [values["A"][n] for n in runs if n in values["A"]]
@@ -370,11 +377,9 @@ def plot(table: str, table_runs: list[str], names: list[str], logs: list[str], r
 
 
 def fit(table: str, margin: float = 0.02, x: str = "samples"):
-    """Fits of a table's runs (every part of that family) and their references (fit_curve.py): A, B, C_mid with
-    bootstrap intervals, the fit on the rise (up to 1.5 C_mid) against the last evaluation and persistence, and a
-    verdict: axes against the default's seeds, LOO rows against their own references (stale-s*), each row against
-    references of its own dtype. Device-hours (x: gpu_hours) suffix the files with -gpu_hours: they carry the speed
-    and load of the machine a run ran on, completions drawn (samples) are the same on every machine."""
+    """Fits of a table's runs (every part of its family) and their references (fit_curve.py): A, B, C_mid with
+    bootstrap intervals, the fit up to 1.5 C_mid against the last evaluation and persistence, and verdicts against
+    the references of each row's dtype (axes: the default's seeds; LOO rows: their own). x: see --x in main."""
     import config
     suffix, unit = ("", "completions") if x == "samples" else (f"-{x}", "device-h")
     table_runs = runs_of(table)
@@ -408,8 +413,8 @@ def fit(table: str, margin: float = 0.02, x: str = "samples"):
     pooled = effects(done, groups, dtype)
     if len(pooled) > 2:  # a row besides the header: not the seeds' table, whose runs are all references
         lines += ["", "Each setting pooled over its seeds against its references (differences of means, 95% "
-                  "intervals from the seed spread pooled over every group with two or more seeds; C_mid as a "
-                  "ratio):", "", *pooled]
+                  "intervals from the seed spread pooled over every group with two or more seeds, or a lone run's "
+                  "own fit interval where wider; C_mid as a ratio):", "", *pooled]
     with open(os.path.join(LOG_DIR, f"{table}{suffix}.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
@@ -424,10 +429,9 @@ def main(argv=None):
                     "(default: all of --part); the table is still that of --part")
     ap.add_argument("--fit_only", action="store_true", help="skip training; fit the logs that exist")
     ap.add_argument("--x", default="samples", choices=["gpu_hours", "samples"],
-                    help="compute axis of the fits: samples (completions drawn, batch x steps: the same on every "
-                         "machine, blind to a recipe's cost per completion) or gpu_hours (the paper's device-hours; "
-                         "they carry the speed and load of the machine each run ran on: files get a -gpu_hours "
-                         "suffix)")
+                    help="compute axis: samples (completions drawn, batch x steps: the same on every machine, blind "
+                         "to a recipe's cost per completion) or gpu_hours (the paper's device-hours; they carry the "
+                         "speed and load of each run's machine: files get a -gpu_hours suffix)")
     ap.add_argument("--jobs", type=int, default=1, choices=[1, 2],
                     help="runs at a time; 2 pins each run to its own core (on 2 cores: more runs per hour, and "
                          "every run sees the same 1-core machine, so their device-hours stay comparable)")

@@ -42,6 +42,7 @@ def test_each_axis_changes_one_thing_against_the_seeds():
         cfg = config.to_dict(config.parse_args(study.flags_of(name)))
         changed = {k for k in base if base[k] != cfg[k]} - {"seed"}
         typed = {f.removeprefix("--") for f in study.own_flags(name) if f.startswith("--")} - {"seed"}
+        typed |= {f.removeprefix("no_") for f in typed if f.startswith("no_")}  # --no_X sets X
         assert changed and changed <= typed | {"model_path"}, (name, changed)
 
 
@@ -249,6 +250,30 @@ def test_settings_pooled_over_seeds_are_separated_by_the_seed_spread(tmp_path, m
     assert "higher A" not in rows["batch256"].split("|")[-2] and "lower A" not in rows["batch256"].split("|")[-2]
     lo, hi = (float(x) for x in rows["batch256"].split("|")[4].split("[")[1].rstrip("] ").split(","))
     assert lo < 0.01 < hi and hi - lo < 0.2
+
+
+def test_a_setting_judged_on_one_run_is_as_uncertain_as_that_runs_own_fit(tmp_path, monkeypatch, batch_axis):
+    """References that agree to 0.002 make the pooled seed spread tiny (an interval of ~±0.005); one slow run (B
+    0.8) about 0.01 above them has a 95% interval of A of its own over 0.03 wide, which holds their mean. Its pooled
+    difference takes that interval, so it is not called higher A (the pooled spread alone would call it)."""
+    monkeypatch.setattr(study, "LOG_DIR", str(tmp_path))
+    monkeypatch.setattr(study, "DOCS_DIR", str(tmp_path))
+    steps = config.TOY["max_steps"]
+    for name, a in [("default-s0", 0.650), ("default-s1", 0.652), ("default-s2", 0.651), ("batch256-s0", 0.650),
+                    ("batch256-s1", 0.652)]:
+        _write_log(tmp_path / f"{name}.jsonl", name, steps, a=a)
+    _write_log(tmp_path / "budget64-s0.jsonl", "budget64-s0", steps, a=0.675, b=0.8)
+    study.fit("axes")
+    text = (tmp_path / "axes.md").read_text()
+    own = next(line for line in text.splitlines() if line.startswith("| budget64-s0 "))
+    own_lo, own_hi = (float(x) for x in own.split("|")[3].split("[")[1].rstrip("] ").split(","))
+    pooled = next(line for line in text.split("pooled over its seeds")[1].splitlines()
+                  if line.startswith("| budget64 "))
+    lo, hi = (float(x) for x in pooled.split("|")[4].split("[")[1].rstrip("] ").split(","))
+    ref = (0.650 + 0.652 + 0.651) / 3
+    assert own_hi - own_lo > 0.03 and own_lo < ref < own_hi, own
+    assert lo == pytest.approx(own_lo - ref, abs=0.002) and hi == pytest.approx(own_hi - ref, abs=0.002), pooled
+    assert lo < 0 < hi and "A" not in pooled.split("|")[-2], pooled
 
 
 def test_runs_naming_no_run_is_one_line_and_exit_2():
