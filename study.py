@@ -8,6 +8,7 @@ comparison pooled over its seeds. Each part takes at most 2 h with --jobs 2 on t
     python study.py --part axes-size --jobs 2    # §5: model size, toy-s (half the width) for 5000 steps, 2 seeds
     python study.py --part axes-group --jobs 2   # §5: 16 and 4 generations per prompt at batch 128, 2 seeds each
     python study.py --part axes-loo --jobs 2     # §6: no zero-variance filter; prompt-level advantage normalization
+    python study.py --part axes-loo-more --jobs 2  # §6: sample-average loss; the length penalty for interruptions
     python study.py --part loo --jobs 2          # §6: CISPO against DAPO at PPO-off-policy-8, 2 seeds each
     python study.py --part npr --jobs 2          # §3.2(d): NPR on and off over 8 epochs of 500 prompts, 2 seeds each
     python study.py --part hot --jobs 2          # §3.2(a): CISPO against DAPO at PPO-off-policy-8 and lr 2e-4
@@ -47,7 +48,6 @@ def seeded(prefix: str, flags: list[str], seeds) -> dict:
 
 
 # Every run is the plain toy preset (config.TOY) plus its own flags: the default's seeds are `python train.py`
-MEASURED_WITH: list[str] = []
 SEEDS = seeded("default", [], range(3))
 # name -> flags, by part: each under 2 h with --jobs 2 on the 2-core machine (times in docs/study.md). The parts
 # of one family (the name before "-") share one table and figure.
@@ -65,6 +65,8 @@ PARTS = {
     # paper §6 (Fig. 7): each leave-one-out row keeps A (within 0.02) and costs B or C_mid; here against the default
     "axes-loo": {**seeded("nozvf", ["--no_zero_var_filter"], range(2)),
                  **seeded("advprompt", ["--adv_norm", "prompt"], range(2))},
+    "axes-loo-more": {**seeded("savg", ["--loss_agg", "sample"], range(2)),
+                      **seeded("lp", ["--length_penalty", "--no_interruptions"], range(2))},  # Eq. 9's penalty
     # paper §3.2(a), Fig. 4b: under real off-policyness (PPO-off-policy-8, lags up to 7) CISPO beats DAPO;
     # stale-s* is the reference (CISPO), loo-dapo-s* its DAPO row
     "loo": {**seeded("stale", ["--mode", "ppo", "--k", "8"], range(2)),
@@ -93,14 +95,9 @@ def runs_of(table: str) -> list[str]:
     return [n for part, runs in PARTS.items() if family(part) == table for n in runs]
 
 
-def own_flags(name: str) -> list[str]:
-    """A run's flags in PARTS."""
-    return next(part[name] for part in PARTS.values() if name in part)
-
-
 def flags_of(name: str) -> list[str]:
-    """The command line of a run: MEASURED_WITH, then its own flags."""
-    return [*MEASURED_WITH, *own_flags(name)]
+    """A run's flags in PARTS: its command line beyond train.py's toy preset."""
+    return next(part[name] for part in PARTS.values() if name in part)
 
 
 def records(name: str) -> list[dict]:
@@ -265,12 +262,13 @@ def effects(rows: dict, groups: dict, dtype: dict) -> list[str]:
             if not x or not y or not dof:
                 cells.append("n/a")
                 continue
-            d = float(np.mean(x) - np.mean(y))
+            ref_mean = float(np.mean(y))
+            d = float(np.mean(x)) - ref_mean
             half = float(stats.t.ppf(0.975, dof)) * sd * math.sqrt(1 / len(x) + 1 / len(y))
             lo, hi = d - half, d + half
             if len(x) == 1 and q != "B":  # a lone run: its own fit's interval where wider (none for B at common A)
                 own = [c if q == "A" else math.log(c) for c in rows[next(n for n in runs if n in v)][f"{q}_ci"]]
-                lo, hi = min(lo, own[0] - float(np.mean(y))), max(hi, own[1] - float(np.mean(y)))
+                lo, hi = min(lo, own[0] - ref_mean), max(hi, own[1] - ref_mean)
             if q == "C_mid":  # a ratio: C_mid below 1x is faster
                 cells.append(f"{math.exp(d):.2f}x [{math.exp(lo):.2f}, {math.exp(hi):.2f}]")
             else:
@@ -333,7 +331,7 @@ def run_rows(names: list[str], rows: dict, halves: dict, verdicts: dict, unit: s
         if name not in rows:  # fit_curve.py fits no curve that does not rise (it says why)
             if evals:
                 peak = max(evals, key=lambda e: e["pass_rate"])
-                lines.append(f"| {name} | `{' '.join(own_flags(name))}` | not fitted: no rise over the fit window "
+                lines.append(f"| {name} | `{' '.join(flags_of(name))}` | not fitted: no rise over the fit window "
                              f"(peak {peak['pass_rate']:.3f} at step {peak['step']}) | | | | | {actual:.3f} ± "
                              f"{se:.3f} | | | |{stale}")
             continue
@@ -341,7 +339,7 @@ def run_rows(names: list[str], rows: dict, halves: dict, verdicts: dict, unit: s
         last = (halves.get(name, {}).get("extrapolation") or [{}])[-1]
         ci = {k: r.get(f"{k}_ci") or [nan] * 2 for k in ("A", "B", "C_mid")}
         lines.append(
-            f"| {name} | `{' '.join(own_flags(name))}` | {r['A']:.3f} [{ci['A'][0]:.3f}, {ci['A'][1]:.3f}] | "
+            f"| {name} | `{' '.join(flags_of(name))}` | {r['A']:.3f} [{ci['A'][0]:.3f}, {ci['A'][1]:.3f}] | "
             f"{r['B']:.2f} [{ci['B'][0]:.2f}, {ci['B'][1]:.2f}] | {r['C_mid']:.3g} [{ci['C_mid'][0]:.3g}, "
             f"{ci['C_mid'][1]:.3g}] | {r['r2']:.3f} | {verdicts[name]} | {actual:.3f} ± {se:.3f} | "
             f"{last.get('predicted', nan):.3f} | {last.get('error', nan):+.3f} | "

@@ -41,7 +41,7 @@ def test_each_axis_changes_one_thing_against_the_seeds():
     for name in study.runs_of("axes"):
         cfg = config.to_dict(config.parse_args(study.flags_of(name)))
         changed = {k for k in base if base[k] != cfg[k]} - {"seed"}
-        typed = {f.removeprefix("--") for f in study.own_flags(name) if f.startswith("--")} - {"seed"}
+        typed = {f.removeprefix("--") for f in study.flags_of(name) if f.startswith("--")} - {"seed"}
         typed |= {f.removeprefix("no_") for f in typed if f.startswith("no_")}  # --no_X sets X
         assert changed and changed <= typed | {"model_path"}, (name, changed)
 
