@@ -8,7 +8,7 @@ comparison pooled over its seeds. Each part takes at most 2 h with --jobs 2 on t
     python study.py --part axes-size --jobs 2    # §5: model size, toy-s (half the width) for 5000 steps, 2 seeds
     python study.py --part axes-group --jobs 2   # §5: 16 and 4 generations per prompt at batch 128, 2 seeds each
     python study.py --part axes-loo --jobs 2     # §6: no zero-variance filter; prompt-level advantage normalization
-    python study.py --part axes-loo-more --jobs 2  # §6: sample-average loss; the length penalty for interruptions
+    python study.py --part axes-loo-more --jobs 2  # §6: sample averaging; the length penalty against interrupting at 48
     python study.py --part loo --jobs 2          # §6: CISPO against DAPO at PPO-off-policy-8, 2 seeds each
     python study.py --part npr --jobs 2          # §3.2(d): NPR on and off over 8 epochs of 500 prompts, 2 seeds each
     python study.py --part hot --jobs 2          # §3.2(a): CISPO against DAPO at PPO-off-policy-8 and lr 2e-4
@@ -66,7 +66,9 @@ PARTS = {
     "axes-loo": {**seeded("nozvf", ["--no_zero_var_filter"], range(2)),
                  **seeded("advprompt", ["--adv_norm", "prompt"], range(2))},
     "axes-loo-more": {**seeded("savg", ["--loss_agg", "sample"], range(2)),
-                      **seeded("lp", ["--length_penalty", "--no_interruptions"], range(2))},  # Eq. 9's penalty
+                      **seeded("lp", ["--length_penalty", "--no_interruptions"], range(2)),  # Eq. 9's penalty
+                      # lp's fair reference: interruptions at exactly 48 thinking tokens, lp's L_max - L_cache
+                      **seeded("cut48", ["--think_min_tokens", "48"], range(2))},
     # paper §3.2(a), Fig. 4b: under real off-policyness (PPO-off-policy-8, lags up to 7) CISPO beats DAPO;
     # stale-s* is the reference (CISPO), loo-dapo-s* its DAPO row
     "loo": {**seeded("stale", ["--mode", "ppo", "--k", "8"], range(2)),
