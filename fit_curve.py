@@ -199,9 +199,10 @@ def recipe_key(config, path):
                        and not k.endswith(("_dir", "_path"))}, sort_keys=True, default=str)
 
 
-def load_run(path, args, max_compute=None):
-    """Read one log, choose its fit window -> (Fit's data fields, R0 or None if fitted). Raises OSError, ValueError."""
-    config, x, y, steps = read_log(path, args.x)
+def load_run(path, args, max_compute=None, log=None):
+    """Read one log (or take read_log's `log` of it), choose its fit window -> (Fit's data fields, R0 or None if
+    fitted). Raises OSError, ValueError."""
+    config, x, y, steps = log or read_log(path, args.x)
     if len(x) == 0:
         raise ValueError("no usable eval records")
     if max_compute is None:  # --fit-to-cmid gives its own
@@ -427,10 +428,11 @@ def main(argv=None):
     fits = []
     for path in args.files:
         try:
-            run, r0 = load_run(path, args)
+            log = read_log(path, args.x)  # read once: a live run's log may grow between two reads
+            run, r0 = load_run(path, args, log=log)
             if args.fit_to_cmid:  # first the fit on every point, for its C_mid
                 whole = fit_run(run, r0, argparse.Namespace(**{**vars(args), "bootstrap": 0}))
-                run, r0 = load_run(path, args, max_compute=args.fit_to_cmid * whole.C_mid)
+                run, r0 = load_run(path, args, max_compute=args.fit_to_cmid * whole.C_mid, log=log)
             fits.append(fit_run(run, r0, args))
         except OSError as e:
             warn(f"{path}: cannot read: {e.strerror or e}")

@@ -380,3 +380,13 @@ def test_fit_to_cmid_fits_up_to_that_multiple_of_the_full_fits_c_mid(tmp_path):
     out = json.loads(proc.stdout)
     assert out["window"][1] <= 1.5 * full.C_mid < min(p["x"] for p in out["extrapolation"])
     assert abs(out["extrapolation"][-1]["error"]) < abs(out["extrapolation"][-1]["persistence_error"])
+
+
+def test_fit_to_cmid_reads_each_log_once(tmp_path):
+    """The full fit and the windowed one share one reading: a bad line is warned about once, and a log that grows
+    between the two (a live run) cannot give them different data."""
+    A, B, C_mid = TABLE1["scalerl"]
+    log = write_log(tmp_path / "r.jsonl", A, B, C_mid, sigma=0.002)
+    log.write_text(log.read_text() + "{not json\n")
+    proc = run_cli(log, "--fit-to-cmid", "2", "--bootstrap", "0", "--x", "gpu_hours", "--json")
+    assert proc.returncode == 0 and proc.stderr.count("r.jsonl:") == 1, proc.stderr
