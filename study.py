@@ -5,7 +5,8 @@ comparison pooled over its seeds. Each part takes at most 2 h with --jobs 2 on t
     python study.py --part seeds --jobs 2        # `python train.py` with seeds 0-2: the references
     python study.py --part axes-budget --jobs 2  # §5: a longer thinking budget (56-64 tokens), 2 seeds
     python study.py --part axes-batch --jobs 2   # §5: batch 256 (32 prompts x 8), 2 seeds
-    python study.py --part axes-size --jobs 2    # §5: model size: toy-s for 5000 steps, toy-l; 2 seeds each
+    python study.py --part axes-size --jobs 2    # §5: model size, toy-s (half the width) for 5000 steps, 2 seeds
+    python study.py --part axes-large --jobs 2   # §5: model size, toy-l (2x the width, 1.5x the depth), 2 seeds
     python study.py --part axes-group --jobs 2   # §5: 16 and 4 generations per prompt at batch 128, 2 seeds each
     python study.py --part axes-loo --jobs 2     # §6: no zero-variance filter; prompt-level advantage normalization
     python study.py --part axes-loo-more --jobs 2  # §6: sample averaging; the length penalty against interrupting at 48
@@ -49,8 +50,7 @@ def seeded(prefix: str, flags: list[str], seeds) -> dict:
 
 # Every run is the plain toy preset (config.TOY) plus its own flags: the default's seeds are `python train.py`
 SEEDS = seeded("default", [], range(3))
-# name -> flags, by part: each under 2 h with --jobs 2 on the 2-core machine (times in docs/study.md). The parts
-# of one family (the name before "-") share one table and figure.
+# name -> flags, by part: each under 2 h with --jobs 2 on the 2-core machine (times in docs/study.md)
 PARTS = {
     "seeds": SEEDS,
     # paper §5 (Fig. 9): a longer thinking budget raises A. 56-64 tokens fit sums of up to 8 terms (toy.py)
@@ -59,8 +59,8 @@ PARTS = {
     "axes-batch": seeded("batch256", ["--batch", "256"], range(2)),
     # paper §5 (Fig. 1, Table 1): a larger model reaches a higher A. The toy (1.08M parameters) against toy-s (0.29M:
     # half the width; 20x the steps, it is far slower) and toy-l (6.1M: 2x the width, 1.5x the depth), own warm starts
-    "axes-size": {**seeded("small", ["--model", "toy-s", "--max_steps", "5000"], range(2)),
-                  **seeded("large", ["--model", "toy-l"], range(2))},
+    "axes-size": seeded("small", ["--model", "toy-s", "--max_steps", "5000"], range(2)),
+    "axes-large": seeded("large", ["--model", "toy-l"], range(2)),
     # paper §5 (A.13, Fig. 17): 8-32 generations a prompt at a fixed batch: curves "essentially unchanged"
     "axes-group": {**seeded("group16", ["--group", "16"], range(2)), **seeded("group4", ["--group", "4"], range(2))},
     # paper §6 (Fig. 7): each leave-one-out row keeps A (within 0.02) and costs B or C_mid; here against the default
