@@ -10,6 +10,7 @@ comparison pooled over its seeds. Each part takes at most 2 h with --jobs 2 on t
     python study.py --part axes-group --jobs 2   # §5: 16 and 4 generations per prompt at batch 128, 2 seeds each
     python study.py --part axes-loo --jobs 2     # §6: no zero-variance filter; prompt-level advantage normalization
     python study.py --part axes-loo-more --jobs 2  # §6: sample averaging; the length penalty against interrupting at 48
+    python study.py --part axes-fp32 --jobs 2    # §6: the LM head in bf16 against fp32, both with a bf16 body, 2 seeds
     python study.py --part loo --jobs 2          # §6: CISPO against DAPO at PPO-off-policy-8, 2 seeds each
     python study.py --part npr --jobs 2          # §3.2(d): NPR on and off over 8 epochs of 500 prompts, 2 seeds each
     python study.py --part hot --jobs 2          # §3.2(a): CISPO against DAPO at PPO-off-policy-8 and lr 2e-4
@@ -50,8 +51,7 @@ def seeded(prefix: str, flags: list[str], seeds) -> dict:
 
 # Every run is the plain toy preset (config.TOY) plus its own flags: the default's seeds are `python train.py`
 SEEDS = seeded("default", [], range(3))
-# name -> flags, by part: each under 2 h with --jobs 2 on the 2-core machine (times in docs/study.md)
-PARTS = {
+PARTS = {  # name -> flags, by part: each under 2 h with --jobs 2 on the 2-core machine (times in docs/study.md)
     "seeds": SEEDS,
     # paper §5 (Fig. 9): a longer thinking budget raises A. 56-64 tokens fit sums of up to 8 terms (toy.py)
     "axes-budget": seeded("budget64", ["--think_min_tokens", "56", "--think_max_tokens", "64"], range(2)),
@@ -70,6 +70,9 @@ PARTS = {
                       **seeded("lp", ["--length_penalty", "--no_interruptions"], range(2)),  # Eq. 9's penalty
                       # lp's fair reference: interruptions at exactly 48 thinking tokens, lp's L_max - L_cache
                       **seeded("cut48", ["--think_min_tokens", "48"], range(2))},
+    # paper §3.2(c), §6: the FP32 head matters beside a bf16 body only; default-bf16-s* is nofp32-s*'s reference
+    "axes-fp32": {**seeded("default-bf16", ["--dtype", "bfloat16"], range(2)),
+                  **seeded("nofp32", ["--dtype", "bfloat16", "--no_fp32_head"], range(2))},
     # paper §3.2(a), Fig. 4b: under real off-policyness (PPO-off-policy-8, lags up to 7) CISPO beats DAPO;
     # stale-s* is the reference (CISPO), loo-dapo-s* its DAPO row
     "loo": {**seeded("stale", ["--mode", "ppo", "--k", "8"], range(2)),
@@ -105,9 +108,8 @@ def flags_of(name: str) -> list[str]:
 
 def records(name: str) -> list[dict]:
     path = os.path.join(LOG_DIR, f"{name}.jsonl")
-    if not os.path.exists(path):
-        return []
-    return [json.loads(line) for line in open(path) if line.strip().startswith("{") and line.strip().endswith("}")]
+    lines = open(path).read().splitlines() if os.path.exists(path) else []
+    return [json.loads(line) for line in lines if line.strip().startswith("{") and line.strip().endswith("}")]
 
 
 def target_steps(name: str) -> int:
@@ -132,13 +134,12 @@ def run(name: str, core: int | None = None) -> bool:
         if os.path.exists(path):
             os.remove(path)
     pinned = {"OMP_NUM_THREADS": "1", "VLLM_CPU_OMP_THREADS_BIND": str(core)} if core is not None else {}
-    env = {**os.environ, **pinned}
     # one write per line: two lanes print at once
     sys.stdout.write(f"study: {' '.join(cmd[1:])}" + (f" (core {core})" if core is not None else "") + "\n")
     sys.stdout.flush()
     with open(os.path.join(LOG_DIR, f"{name}.out"), "a") as out:
         cmd = ["taskset", "-c", str(core), *cmd] if core is not None and shutil.which("taskset") else cmd
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, **pinned}, stdout=out, stderr=subprocess.STDOUT)
         _children.append(proc)
         status = proc.wait()
         _children.remove(proc)
@@ -356,7 +357,7 @@ def plot(table: str, table_runs: list[str], names: list[str], logs: list[str], r
     if table != "axes":
         plots[f"study-{table}{suffix}.png"] = logs
     else:
-        for axis in dict.fromkeys(n.split("-")[0] for n in table_runs):
+        for axis in dict.fromkeys(n.split("-")[0] for n in table_runs if n not in ref):
             runs = [n for n in names if n.startswith(axis + "-")]
             if runs:  # an axis with no run yet gets no figure
                 plots[f"study-axis-{axis}{suffix}.png"] = [log for n, log in zip(names, logs) if n in ref or n in runs]
@@ -439,10 +440,9 @@ def main(argv=None):
     names = [n for n in args.runs.split(",") if n] or list(PARTS.get(args.part) or runs_of(args.part))
     if args.runs and not any(args.runs.split(",")):
         ap.exit(2, f"error: --runs {args.runs!r} names no run\n")
-    known = [n for part in PARTS.values() for n in part]
-    unknown = [n for n in names if n not in known]
+    unknown = [n for n in names if not any(n in part for part in PARTS.values())]
     if unknown:
-        ap.exit(2, f"error: unknown runs {unknown}; choose from {', '.join(known)}\n")
+        ap.exit(2, f"error: unknown runs {unknown}; choose from {', '.join(n for p in PARTS.values() for n in p)}\n")
     ok = True
     if not args.fit_only:
         os.makedirs(LOG_DIR, exist_ok=True)
