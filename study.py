@@ -350,9 +350,8 @@ def run_rows(names: list[str], rows: dict, halves: dict, verdicts: dict, unit: s
     return lines
 
 
-def plot(table: str, table_runs: list[str], names: list[str], logs: list[str], ref: list[str], suffix: str, x: str):
-    """One figure for the seeds and for the LOO rows; for the axes one per axis (the reference seeds and that
-    axis's runs): all ~25 axes runs in one figure tangle, and their legend hides the curves."""
+def plot(table: str, table_runs: list, names: list, logs: list, ref: list, suffix: str, x: str, dtype: dict):
+    """One figure for the seeds and the LOO rows; one per axis (its runs, its dtype's references): 25 would tangle."""
     plots = {}
     if table != "axes":
         plots[f"study-{table}{suffix}.png"] = logs
@@ -360,7 +359,8 @@ def plot(table: str, table_runs: list[str], names: list[str], logs: list[str], r
         for axis in dict.fromkeys(n.split("-")[0] for n in table_runs if n not in ref):
             runs = [n for n in names if n.startswith(axis + "-")]
             if runs:  # an axis with no run yet gets no figure
-                plots[f"study-axis-{axis}{suffix}.png"] = [log for n, log in zip(names, logs) if n in ref or n in runs]
+                plots[f"study-axis-{axis}{suffix}.png"] = [log for n, log in zip(names, logs) if n in runs
+                                                           or n in ref and dtype[n] == dtype[runs[0]]]
     for png, files in plots.items():
         done = subprocess.run([sys.executable, "fit_curve.py", *files, "--fit-to-cmid", "1.5", "--bootstrap", "0",
                                "--x", x, "--plot", os.path.join(DOCS_DIR, png)], cwd=ROOT, capture_output=True)
@@ -419,7 +419,7 @@ def fit(table: str, margin: float = 0.02, x: str = "samples"):
     with open(os.path.join(LOG_DIR, f"{table}{suffix}.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
-    plot(table, table_runs, names, logs, ref, suffix, x)
+    plot(table, table_runs, names, logs, ref, suffix, x, dtype)
 
 
 def main(argv=None):
