@@ -9,7 +9,7 @@ comparison pooled over its seeds. Each part takes at most 2 h with --jobs 2 on t
     python study.py --part axes-large --jobs 2   # §5: model size, toy-l (2x the width, 1.5x the depth), 2 seeds
     python study.py --part axes-group --jobs 2   # §5: 16 and 4 generations per prompt at batch 128, 2 seeds each
     python study.py --part axes-loo --jobs 2     # §6: no zero-variance filter; prompt-level advantage normalization
-    python study.py --part axes-loo-more --jobs 2  # §6: sample averaging; the length penalty against interrupting at 48
+    python study.py --part axes-loo-more --jobs 2  # §6: sample averaging; the length penalty against cuts at 48
     python study.py --part axes-fp32 --jobs 2    # §6: the LM head in bf16 against fp32, both with a bf16 body, 2 seeds
     python study.py --part loo --jobs 2          # §6: CISPO against DAPO at PPO-off-policy-8, 2 seeds each
     python study.py --part npr --jobs 2          # §3.2(d): NPR on and off over 8 epochs of 500 prompts, 2 seeds each
