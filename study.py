@@ -14,6 +14,7 @@ comparison pooled over its seeds. Each part takes at most 2 h with --jobs 2 on t
     python study.py --part loo --jobs 2          # §6: CISPO against DAPO at PPO-off-policy-8, 2 seeds each
     python study.py --part npr --jobs 2          # §3.2(d): NPR on and off over 8 epochs of 500 prompts, 2 seeds each
     python study.py --part hot --jobs 2          # §3.2(a): CISPO against DAPO at PPO-off-policy-8 and lr 2e-4
+    python study.py --part eval --jobs 2         # the 1.5 C_mid prediction with 8 evaluation samples a prompt, and 2
     python study.py --part axes --fit_only       # just the fits, tables and figures from logs/study/*.jsonl
 
 Each run is `python train.py <flags> --run_name <name> --log_dir logs/study` with the toy's defaults. A run whose
@@ -35,6 +36,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 LOG_DIR = os.path.join(ROOT, "logs", "study")
@@ -73,6 +75,8 @@ PARTS = {  # name -> flags, by part: each under 2 h with --jobs 2 on the 2-core 
     # paper §3.2(c), §6: the FP32 head matters beside a bf16 body only; default-bf16-s* is nofp32-s*'s reference
     "axes-fp32": {**seeded("default-bf16", ["--dtype", "bfloat16"], range(2)),
                   **seeded("nofp32", ["--dtype", "bfloat16", "--no_fp32_head"], range(2))},
+    # the fit up to 1.5 C_mid with 4x the evaluation samples (8 a prompt); eval2-s* are eval8-s*'s runs at 2 samples
+    "eval": {**seeded("eval8", ["--eval_samples", "8"], range(2)), **seeded("eval2", [], range(2))},
     # paper §3.2(a), Fig. 4b: under real off-policyness (PPO-off-policy-8, lags up to 7) CISPO beats DAPO;
     # stale-s* is the reference (CISPO), loo-dapo-s* its DAPO row
     "loo": {**seeded("stale", ["--mode", "ppo", "--k", "8"], range(2)),
@@ -89,7 +93,7 @@ PARTS = {  # name -> flags, by part: each under 2 h with --jobs 2 on the 2-core 
 # a fit explaining less of its evaluations' variance than this is no sigmoid: not judged, not pooled
 MIN_R2 = 0.5
 # the runs each table's rows are judged against, by name prefix
-REFERENCES = {"seeds": "default-", "axes": "default-", "loo": "stale-", "npr": "npr500-", "hot": "hot-cispo-"}
+REFERENCES = dict(seeds="default-", axes="default-", loo="stale-", npr="npr500-", hot="hot-cispo-", eval="eval2-")
 
 
 def family(part: str) -> str:
@@ -125,14 +129,12 @@ def finished(name: str) -> bool:
 def run(name: str, core: int | None = None) -> bool:
     """Run (or resume) one training run; True when it finished. With `core`, the run is pinned to that CPU core
     (torch and vLLM's OpenMP threads), so that two runs share a 2-core machine without fighting."""
-    path = os.path.join(LOG_DIR, f"{name}.jsonl")
     cmd = [sys.executable, "train.py", *flags_of(name), "--run_name", name, "--log_dir", LOG_DIR]
     if glob.glob(os.path.join(OUT_DIR, name, "ckpt-[0-9]*[0-9]")):
         cmd.append("--resume")
     else:  # killed before its first checkpoint: start over rather than append a second run to the log
         shutil.rmtree(os.path.join(OUT_DIR, name), ignore_errors=True)
-        if os.path.exists(path):
-            os.remove(path)
+        Path(LOG_DIR, f"{name}.jsonl").unlink(missing_ok=True)
     pinned = {"OMP_NUM_THREADS": "1", "VLLM_CPU_OMP_THREADS_BIND": str(core)} if core is not None else {}
     # one write per line: two lanes print at once
     sys.stdout.write(f"study: {' '.join(cmd[1:])}" + (f" (core {core})" if core is not None else "") + "\n")
@@ -195,8 +197,8 @@ def progress(names: list[str], stop: threading.Event, every_s: float = 60.0):
             train, evals = ([r for r in recs if r["kind"] == kind] for kind in ("train", "eval"))
             parts.append(f"{name} step {train[-1]['step'] if train else 0}/{target_steps(name)}"
                          + (f" pass {evals[-1]['pass_rate']:.3f}" if evals else ""))
-        done = sum(finished(n) for n in names)
-        print(f"study: {time.time() - t0:.0f}s, {done}/{len(names)} done; " + "; ".join(parts), flush=True)
+        print(f"study: {time.time() - t0:.0f}s, {sum(map(finished, names))}/{len(names)} done; " + "; ".join(parts),
+              flush=True)
 
 
 def staleness(name: str) -> dict:
@@ -394,8 +396,7 @@ def fit(table: str, margin: float = 0.02, x: str = "samples"):
     rows = {r["run"]: r for r in fit_curve(logs, "--margin", str(margin), "--x", x)}
     halves = {r["run"]: r for r in fit_curve(logs, "--fit-to-cmid", "1.5", "--bootstrap", "0", "--x", x)}
     # not .jsonl: `fit_curve.py logs/study/*.jsonl` must not read it
-    with open(os.path.join(LOG_DIR, f"{table}{suffix}-fits.json"), "w") as f:
-        json.dump(list(rows.values()), f, indent=1)
+    Path(LOG_DIR, f"{table}{suffix}-fits.json").write_text(json.dumps(list(rows.values()), indent=1))
     groups = {}  # dtype -> the reference runs with a fit: a row is judged against those of its own dtype
     done = {n: r for n, r in rows.items() if finished(n)}  # a run still training is shown, but judges nothing
     for n in [n for n in ref if n in done]:
@@ -416,8 +417,7 @@ def fit(table: str, margin: float = 0.02, x: str = "samples"):
         lines += ["", "Each setting pooled over its seeds against its references (differences of means, 95% "
                   "intervals from the seed spread pooled over every group with two or more seeds, or a lone run's "
                   "own fit interval where wider; C_mid as a ratio):", "", *pooled]
-    with open(os.path.join(LOG_DIR, f"{table}{suffix}.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
+    Path(LOG_DIR, f"{table}{suffix}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     plot(table, table_runs, names, logs, ref, suffix, x, dtype)
 

@@ -48,10 +48,21 @@ def test_each_axis_changes_one_thing_against_the_seeds():
 
 def test_every_run_has_one_part_and_every_part_one_table():
     assert len(RUNS) == len(set(RUNS))
-    assert {study.family(p) for p in study.PARTS} == set(study.REFERENCES) == {"seeds", "loo", "npr", "hot", "axes"}
+    assert {study.family(p) for p in study.PARTS} == set(study.REFERENCES) == {"seeds", "loo", "npr", "hot", "axes", "eval"}
     assert sorted(n for t in study.REFERENCES for n in study.runs_of(t)) == sorted(RUNS)
     for table, prefix in study.REFERENCES.items():  # every table judges against runs it holds or the seeds
         assert any(n.startswith(prefix) for n in [*study.SEEDS, *study.runs_of(table)]), table
+
+
+def test_the_eval_runs_change_the_evaluation_only():
+    """The eval table asks whether more precise evaluations let a fit on the rise predict the plateau: its runs are
+    the plain command with 8 samples a prompt (eval2-s0: the plain command itself), so training is the seeds'."""
+    plain = config.to_dict(config.parse_args([]))
+    for name in study.runs_of("eval"):
+        cfg = config.to_dict(config.parse_args(study.flags_of(name)))
+        assert {k for k in plain if plain[k] != cfg[k]} - {"seed"} == ({"eval_samples"} if name.startswith("eval8")
+                                                                        else set())
+        assert cfg["eval_samples"] == (8 if name.startswith("eval8") else 2)  # as their names say
 
 
 def test_the_hot_rows_differ_in_the_loss_only_at_a_raised_learning_rate():
