@@ -19,8 +19,8 @@ comparison pooled over its seeds. Each part takes at most 2 h with --jobs 2 on t
 
 Each run is `python train.py <flags> --run_name <name> --log_dir logs/study` with the toy's defaults. A run whose
 log holds its final evaluation is not run again; kill the script at any time and start it again: an interrupted
-run resumes from its last checkpoint; a progress line a minute. The parts of one family (seeds, loo, npr, hot or
-axes) share logs/study/<family>.md, <family>-fits.json and docs/study-<family>.png (axes: study-axis-<axis>.png).
+run resumes from its last checkpoint; a progress line a minute. The parts of one family (seeds, loo, npr, hot, eval
+or axes) share logs/study/<family>.md, <family>-fits.json and docs/study-<family>.png (axes: study-axis-<axis>.png).
 """
 import argparse
 import collections
@@ -97,7 +97,7 @@ REFERENCES = dict(seeds="default-", axes="default-", loo="stale-", npr="npr500-"
 
 
 def family(part: str) -> str:
-    """The table a part's runs go in: seeds, loo, npr, hot or axes."""
+    """The table a part's runs go in: seeds, loo, npr, hot, eval or axes."""
     return part.split("-")[0]
 
 
