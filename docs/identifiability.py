@@ -10,6 +10,12 @@ steps (or twice as many during the rise) with Gaussian noise of the run's own re
 full run to find C_mid, fits again up to F x C_mid, and predicts the last evaluation. A replicate passes when its
 error is within 0.03 and smaller than persistence's (the last in-window evaluation carried forward): issue 37's
 target 3. Prints the pass rate per run and window, and the chance that three seeds all pass.
+
+How much of a run's residual is evaluation noise? The study's part `eval` trains each seed twice, evaluated with 2
+and with 8 samples a prompt (training does not depend on evaluation, so the two are one run). --split takes such
+pairs and splits the residual of the 2-sample fit into evaluation noise and the policy's own swing:
+
+    python docs/identifiability.py --split docs/logs/study-v2/eval2-s*.jsonl docs/logs/study-v2/eval8-s*.jsonl
 """
 import argparse
 import json
@@ -27,14 +33,14 @@ REPLICATES = 200
 TOLERANCE = 0.03  # pass rate units
 
 
-def load(path):
-    """-> (x completions drawn (n,), pass rate (n,), early cut in completions) from a train.py log."""
+def load(path, with_config=False):
+    """-> (x completions drawn (n,), pass rate (n,), early cut in completions[, config record]) from a train.py log."""
     try:
         recs = [json.loads(line) for line in open(path)]
         cfg = recs[0]
         ev = [r for r in recs if r["kind"] == "eval"]
         return (np.array([r["samples"] for r in ev], float), np.array([r["pass_rate"] for r in ev]),
-                cfg["warmup_steps"] * cfg["batch"])
+                cfg["warmup_steps"] * cfg["batch"], *([cfg] if with_config else []))
     except (OSError, ValueError, KeyError, IndexError, TypeError) as e:
         sys.exit(f"{path}: not a readable train.py log ({type(e).__name__}: {e})")
 
@@ -61,14 +67,49 @@ def trial(x, truth, noise, cut, window, rng):
     return fit_curve.sigmoid(x[-1], *params) - y[-1], y[inside][-1] - y[-1]
 
 
+def rms_residual(x, y, cut):
+    """-> (the fit on the points from the cut, RMS of their residuals about it), pass-rate units."""
+    kept = x >= cut
+    params = fit(x[kept], y[kept], y[0])
+    return params, float(np.sqrt(np.mean((y[kept] - fit_curve.sigmoid(x[kept], *params)) ** 2)))
+
+
+def split(paths):
+    """Pairs of logs of one run (same seed and training), evaluated with m and 4m samples a prompt, the 4m drawing
+    the m's samples and 3m more: d = y_m - y_4m = 3/4 (y_m - y_3m), so the m-sample evaluation noise has variance
+    4/3 var(d) over the fitted evaluations (var, not mean square: common random numbers give each sample set a
+    lasting offset, which a fit takes as a shifted curve). The rest of the residual is the policy's own swing."""
+    runs = {}
+    for path in paths:
+        x, y, cut, cfg = load(path, with_config=True)
+        runs.setdefault(cfg["seed"], {})[cfg["eval_samples"]] = (x, y, cut)
+    for seed, pair in sorted(runs.items()):
+        if len(pair) != 2:
+            sys.exit(f"seed {seed}: --split needs two logs a seed, with m and 4m samples a prompt")
+        (m, (x, ym, cut)), (m4, (x4, y4, _)) = sorted(pair.items())
+        if m4 != 4 * m or len(x) != len(x4) or (x != x4).any():
+            sys.exit(f"seed {seed}: --split needs one log with m and one with 4m samples a prompt, same evaluations")
+        kept = x >= cut
+        d = ym[kept] - y4[kept]
+        eval_sd = math.sqrt(4 / 3 * float(np.var(d, ddof=1)))
+        (params, res), (params4, res4) = rms_residual(x, ym, cut), rms_residual(x, y4, cut)
+        swing = math.sqrt(max(res ** 2 - eval_sd ** 2, 0.0))
+        expected = math.sqrt(swing ** 2 + eval_sd ** 2 / 4)
+        print(f"seed {seed}: residual RMS {res:.4f} with {m} samples (A {params[0]:.3f}, B {params[1]:.2f}), "
+              f"{res4:.4f} with {m4} (A {params4[0]:.3f}, B {params4[1]:.2f}); {m}-sample evaluation noise "
+              f"{eval_sd:.4f} (y_{m} - y_{m4}: mean {d.mean():+.4f}, sd {d.std(ddof=1):.4f}, {kept.sum()} evaluations);"
+              f" the policy's swing {swing:.4f}; so {m4} samples should leave {expected:.4f} (--noise-scale "
+              f"{expected / res:.2f})")
+
+
 def main(paths, noise_scale=1.0):
     rng = np.random.default_rng(0)
     rates = {}  # (schedule, window) -> pass rate per run
     for path in paths:
         x, y, cut = load(path)
-        kept = x >= cut
-        A, B, C_mid, R0 = params = fit(x[kept], y[kept], y[0])
-        noise = noise_scale * float(np.sqrt(np.mean((y[kept] - fit_curve.sigmoid(x[kept], *params)) ** 2)))
+        params, residual = rms_residual(x, y, cut)
+        A, B, C_mid, R0 = params
+        noise = noise_scale * residual
         print(f"{os.path.basename(path)}: truth A {A:.3f} B {B:.2f} C_mid {C_mid:.0f} R0 {R0:.3f}, "
               f"noise {noise:.4f} ({noise_scale} x the RMS residual), {len(x)} evaluations")
         for schedule, xs in (("own", x), ("2x during rise", densified(x, 3 * C_mid))):
@@ -90,8 +131,14 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description="Monte Carlo check of fitting a sigmoid up to F x C_mid")
     parser.add_argument("logs", nargs="+", help="train.py logs (.jsonl)")
     parser.add_argument("--noise-scale", type=float, default=1.0,
-                        help="noise = this x each run's own RMS residual (0.5: 4x the samples an evaluation)")
+                        help="noise = this x each run's own RMS residual (0.5 would be 4x the samples an evaluation "
+                        "if all of it were evaluation noise: --split measures how much is)")
+    parser.add_argument("--split", action="store_true", help="split the residual of pairs of logs (one seed, 2 and "
+                        "8 samples a prompt) into evaluation noise and the policy's own swing; no Monte Carlo")
     args = parser.parse_args()
     if not args.noise_scale > 0:
         parser.error(f"--noise-scale must be positive, got {args.noise_scale}")
-    main(args.logs, args.noise_scale)
+    if args.split:
+        split(args.logs)
+    else:
+        main(args.logs, args.noise_scale)

@@ -6,6 +6,7 @@ Tests for study.py's run table: offline, no training (~5 s).
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -63,6 +64,28 @@ def test_the_eval_runs_change_the_evaluation_only():
         assert {k for k in plain if plain[k] != cfg[k]} - {"seed"} == ({"eval_samples"} if name.startswith("eval8")
                                                                         else set())
         assert cfg["eval_samples"] == (8 if name.startswith("eval8") else 2)  # as their names say
+
+
+def test_split_recovers_the_evaluation_noise_of_a_pair(tmp_path):
+    """docs/identifiability.py --split on a synthetic pair (one run, its 8 samples holding its 2) recovers the
+    2-sample evaluation noise and the policy's swing that made it, and refuses a pair that is not one."""
+    import numpy as np
+    rng, n, swing_sd, eval_sd = np.random.default_rng(0), 400, 0.004, 0.006
+    x = np.arange(n) * 128.0
+    truth = 0.25 + 0.3 / (1 + (4000 / np.maximum(x, 1)) ** 2.2) + rng.normal(0, swing_sd, n)
+    e2, e6 = rng.normal(0, eval_sd, n), rng.normal(0, eval_sd / 3 ** 0.5, n)
+    for m, y in ((2, truth + e2), (8, truth + (e2 + 3 * e6) / 4)):
+        records = [{"kind": "config", "seed": 0, "eval_samples": m, "warmup_steps": 20, "batch": 128},
+                   *({"kind": "eval", "samples": xi, "pass_rate": yi} for xi, yi in zip(x, y))]
+        (tmp_path / f"e{m}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    script = [sys.executable, str(REPO / "docs" / "identifiability.py"), "--split"]
+    out = subprocess.run([*script, tmp_path / "e2.jsonl", tmp_path / "e8.jsonl"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    noise = float(re.search(r"2-sample evaluation noise ([0-9.]+)", out.stdout).group(1))
+    swing = float(re.search(r"the policy's swing ([0-9.]+)", out.stdout).group(1))
+    assert abs(noise - eval_sd) < 0.08 * eval_sd and abs(swing - swing_sd) < 0.25 * swing_sd, out.stdout
+    alone = subprocess.run([*script, tmp_path / "e2.jsonl"], capture_output=True, text=True)
+    assert alone.returncode != 0 and "two logs a seed" in alone.stderr
 
 
 def test_the_hot_rows_differ_in_the_loss_only_at_a_raised_learning_rate():
