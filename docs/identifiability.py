@@ -33,14 +33,14 @@ REPLICATES = 200
 TOLERANCE = 0.03  # pass rate units
 
 
-def load(path, with_config=False):
-    """-> (x completions drawn (n,), pass rate (n,), early cut in completions[, config record]) from a train.py log."""
+def load(path):
+    """-> (x completions drawn (n,), pass rate (n,), early cut in completions, config record) from a train.py log."""
     try:
         recs = [json.loads(line) for line in open(path)]
         cfg = recs[0]
         ev = [r for r in recs if r["kind"] == "eval"]
         return (np.array([r["samples"] for r in ev], float), np.array([r["pass_rate"] for r in ev]),
-                cfg["warmup_steps"] * cfg["batch"], *([cfg] if with_config else []))
+                cfg["warmup_steps"] * cfg["batch"], cfg)
     except (OSError, ValueError, KeyError, IndexError, TypeError) as e:
         sys.exit(f"{path}: not a readable train.py log ({type(e).__name__}: {e})")
 
@@ -81,23 +81,24 @@ def split(paths):
     lasting offset, which a fit takes as a shifted curve). The rest of the residual is the policy's own swing."""
     runs = {}
     for path in paths:
-        x, y, cut, cfg = load(path, with_config=True)
+        x, y, cut, cfg = load(path)
         runs.setdefault(cfg["seed"], {})[cfg["eval_samples"]] = (x, y, cut)
     for seed, pair in sorted(runs.items()):
         if len(pair) != 2:
             sys.exit(f"seed {seed}: --split needs two logs a seed, with m and 4m samples a prompt")
         (m, (x, ym, cut)), (m4, (x4, y4, _)) = sorted(pair.items())
-        if m4 != 4 * m or len(x) != len(x4) or (x != x4).any():
+        if m4 != 4 * m or not np.array_equal(x, x4):
             sys.exit(f"seed {seed}: --split needs one log with m and one with 4m samples a prompt, same evaluations")
         kept = x >= cut
         d = ym[kept] - y4[kept]
-        eval_sd = math.sqrt(4 / 3 * float(np.var(d, ddof=1)))
+        d_sd = float(d.std(ddof=1))
+        eval_sd = math.sqrt(4 / 3) * d_sd
         (params, res), (params4, res4) = rms_residual(x, ym, cut), rms_residual(x, y4, cut)
         swing = math.sqrt(max(res ** 2 - eval_sd ** 2, 0.0))
         expected = math.sqrt(swing ** 2 + eval_sd ** 2 / 4)
         print(f"seed {seed}: residual RMS {res:.4f} with {m} samples (A {params[0]:.3f}, B {params[1]:.2f}), "
               f"{res4:.4f} with {m4} (A {params4[0]:.3f}, B {params4[1]:.2f}); {m}-sample evaluation noise "
-              f"{eval_sd:.4f} (y_{m} - y_{m4}: mean {d.mean():+.4f}, sd {d.std(ddof=1):.4f}, {kept.sum()} evaluations);"
+              f"{eval_sd:.4f} (y_{m} - y_{m4}: mean {d.mean():+.4f}, sd {d_sd:.4f}, {kept.sum()} evaluations);"
               f" the policy's swing {swing:.4f}; so {m4} samples should leave {expected:.4f} (--noise-scale "
               f"{expected / res:.2f})")
 
@@ -106,7 +107,7 @@ def main(paths, noise_scale=1.0):
     rng = np.random.default_rng(0)
     rates = {}  # (schedule, window) -> pass rate per run
     for path in paths:
-        x, y, cut = load(path)
+        x, y, cut, _ = load(path)
         params, residual = rms_residual(x, y, cut)
         A, B, C_mid, R0 = params
         noise = noise_scale * residual

@@ -49,7 +49,8 @@ def test_each_axis_changes_one_thing_against_the_seeds():
 
 def test_every_run_has_one_part_and_every_part_one_table():
     assert len(RUNS) == len(set(RUNS))
-    assert {study.family(p) for p in study.PARTS} == set(study.REFERENCES) == {"seeds", "loo", "npr", "hot", "axes", "eval"}
+    assert {study.family(p) for p in study.PARTS} == set(study.REFERENCES) == {"seeds", "loo", "npr", "hot", "axes",
+                                                                             "eval"}
     assert sorted(n for t in study.REFERENCES for n in study.runs_of(t)) == sorted(RUNS)
     for table, prefix in study.REFERENCES.items():  # every table judges against runs it holds or the seeds
         assert any(n.startswith(prefix) for n in [*study.SEEDS, *study.runs_of(table)]), table
