@@ -15,12 +15,13 @@ comparison pooled over its seeds. Each part takes at most 2 h with --jobs 2 on t
     python study.py --part npr --jobs 2          # §3.2(d): NPR on and off over 8 epochs of 500 prompts, 2 seeds each
     python study.py --part hot --jobs 2          # §3.2(a): CISPO against DAPO at PPO-off-policy-8 and lr 2e-4
     python study.py --part eval --jobs 2         # the 1.5 C_mid prediction with 8 evaluation samples a prompt, and 2
+    python study.py --part eval-warmup --jobs 2  # ... with a 5-step lr warm-up (the preset's 20), so an earlier cut
     python study.py --part axes --fit_only       # just the fits, tables and figures from logs/study/*.jsonl
 
 Each run is `python train.py <flags> --run_name <name> --log_dir logs/study` with the toy's defaults. A run whose
 log holds its final evaluation is not run again; kill the script at any time and start it again: an interrupted
 run resumes from its last checkpoint; a progress line a minute. The parts of one family (seeds, loo, npr, hot, eval
-or axes) share logs/study/<family>.md, <family>-fits.json and docs/study-<family>.png (axes: study-axis-<axis>.png).
+or axes) share logs/study/<family>.md, <family>-fits.json and docs/study-<family>.png (axes, eval: one a setting).
 """
 import argparse
 import collections
@@ -77,6 +78,7 @@ PARTS = {  # name -> flags, by part: each under 2 h with --jobs 2 on the 2-core 
                   **seeded("nofp32", ["--dtype", "bfloat16", "--no_fp32_head"], range(2))},
     # the fit up to 1.5 C_mid with 4x the evaluation samples (8 a prompt); eval2-s* are eval8-s*'s runs at 2 samples
     "eval": {**seeded("eval8", ["--eval_samples", "8"], range(2)), **seeded("eval2", [], range(2))},
+    "eval-warmup": seeded("warm5", ["--warmup_steps", "5"], range(2)),  # the early cut at 0.15 C_mid, not 0.6
     # paper §3.2(a), Fig. 4b: under real off-policyness (PPO-off-policy-8, lags up to 7) CISPO beats DAPO;
     # stale-s* is the reference (CISPO), loo-dapo-s* its DAPO row
     "loo": {**seeded("stale", ["--mode", "ppo", "--k", "8"], range(2)),
@@ -127,8 +129,7 @@ def finished(name: str) -> bool:
 
 
 def run(name: str, core: int | None = None) -> bool:
-    """Run (or resume) one training run; True when it finished. With `core`, the run is pinned to that CPU core
-    (torch and vLLM's OpenMP threads), so that two runs share a 2-core machine without fighting."""
+    """Run (or resume) one run, pinned to `core` if given (so two share 2 cores without fighting); True if it ended."""
     cmd = [sys.executable, "train.py", *flags_of(name), "--run_name", name, "--log_dir", LOG_DIR]
     if glob.glob(os.path.join(OUT_DIR, name, "ckpt-[0-9]*[0-9]")):
         cmd.append("--resume")
@@ -167,8 +168,7 @@ def _stop(signum, frame):
 
 
 def run_all(names: list[str], jobs: int) -> bool:
-    """Run these runs, `jobs` at a time; a lane takes the next run in order as soon as it is free (runs differ in
-    length: a batch-256 run trains twice as long). True when all finished."""
+    """Run these, `jobs` at a time, each lane taking the next when free (runs differ in length); True if all ended."""
     todo = collections.deque(names)  # its pops are thread-safe: each run goes to one lane
 
     def lane(core):  # lane j always uses core j (None: one lane, unpinned)
@@ -219,9 +219,8 @@ def staleness(name: str) -> dict:
 
 
 def fit_curve(logs: list[str], *extra: str) -> list[dict]:
-    proc = subprocess.run([sys.executable, "fit_curve.py", *logs, "--json", *extra], cwd=ROOT, capture_output=True,
-                          text=True)
-    return [json.loads(line) for line in proc.stdout.splitlines()]
+    done = subprocess.run([sys.executable, "fit_curve.py", *logs, "--json", *extra], cwd=ROOT, capture_output=True)
+    return [json.loads(line) for line in done.stdout.splitlines()]
 
 
 def setting(name: str) -> str:
@@ -353,15 +352,16 @@ def run_rows(names: list[str], rows: dict, halves: dict, verdicts: dict, unit: s
 
 
 def plot(table: str, table_runs: list, names: list, logs: list, ref: list, suffix: str, x: str, dtype: dict):
-    """One figure for the seeds and the LOO rows; one per axis (its runs, its dtype's references): 25 would tangle."""
+    """One figure for the seeds and the LOO rows; axes and eval: one a setting (its runs, its dtype's references)."""
     plots = {}
-    if table != "axes":
+    if table not in ("axes", "eval"):
         plots[f"study-{table}{suffix}.png"] = logs
     else:
+        stem = "study-axis" if table == "axes" else "study-eval"
         for axis in dict.fromkeys(n.split("-")[0] for n in table_runs if n not in ref):
             runs = [n for n in names if n.startswith(axis + "-")]
             if runs:  # an axis with no run yet gets no figure
-                plots[f"study-axis-{axis}{suffix}.png"] = [log for n, log in zip(names, logs) if n in runs
+                plots[f"{stem}-{axis}{suffix}.png"] = [log for n, log in zip(names, logs) if n in runs
                                                            or n in ref and dtype[n] == dtype[runs[0]]]
     for png, files in plots.items():
         done = subprocess.run([sys.executable, "fit_curve.py", *files, "--fit-to-cmid", "1.5", "--bootstrap", "0",
