@@ -362,7 +362,7 @@ def plot(table: str, table_runs: list, names: list, logs: list, ref: list, suffi
             runs = [n for n in names if n.startswith(axis + "-")]
             if runs:  # an axis with no run yet gets no figure
                 plots[f"{stem}-{axis}{suffix}.png"] = [log for n, log in zip(names, logs) if n in runs
-                                                           or n in ref and dtype[n] == dtype[runs[0]]]
+                                                       or n in ref and dtype[n] == dtype[runs[0]]]
     for png, files in plots.items():
         done = subprocess.run([sys.executable, "fit_curve.py", *files, "--fit-to-cmid", "1.5", "--bootstrap", "0",
                                "--x", x, "--plot", os.path.join(DOCS_DIR, png)], cwd=ROOT, capture_output=True)
