@@ -16,6 +16,7 @@ comparison pooled over its seeds. Each part takes at most 2 h with --jobs 2 on t
     python study.py --part hot --jobs 2          # §3.2(a): CISPO against DAPO at PPO-off-policy-8 and lr 2e-4
     python study.py --part eval --jobs 2         # the 1.5 C_mid prediction with 8 evaluation samples a prompt, and 2
     python study.py --part eval-warmup --jobs 2  # ... with a 5-step lr warm-up (the preset's 20), so an earlier cut
+    python study.py --part eval-lr --jobs 2      # ... at half the learning rate (warm-up and run twice as long)
     python study.py --part axes --fit_only       # just the fits, tables and figures from logs/study/*.jsonl
 
 Each run is `python train.py <flags> --run_name <name> --log_dir logs/study` with the toy's defaults. A run whose
@@ -79,6 +80,8 @@ PARTS = {  # name -> flags, by part: each under 2 h with --jobs 2 on the 2-core 
     # the fit up to 1.5 C_mid with 4x the evaluation samples (8 a prompt); eval2-s* are eval8-s*'s runs at 2 samples
     "eval": {**seeded("eval8", ["--eval_samples", "8"], range(2)), **seeded("eval2", [], range(2))},
     "eval-warmup": seeded("warm5", ["--warmup_steps", "5"], range(2)),  # the early cut at 0.15 C_mid, not 0.6
+    # half the learning rate, so a policy that swings less; the warm-up and the run twice as long, so the same cut
+    "eval-lr": seeded("lr25", ["--lr", "2.5e-5", "--warmup_steps", "40", "--max_steps", "500"], range(3)),
     # paper §3.2(a), Fig. 4b: under real off-policyness (PPO-off-policy-8, lags up to 7) CISPO beats DAPO;
     # stale-s* is the reference (CISPO), loo-dapo-s* its DAPO row
     "loo": {**seeded("stale", ["--mode", "ppo", "--k", "8"], range(2)),
@@ -316,10 +319,6 @@ def verdict(r: dict, seeds: list[dict], margin: float) -> str:
         against("C_mid", r["C_mid"], [s["C_mid"] for s in seeds], -1)
 
 
-def stale_row(st: dict) -> str:
-    return f" {st['lag']:.2f} | {st['at_bound']:.1%} (k = {st['k']}) | {st['clipped']:.3%} |"
-
-
 def run_rows(names: list[str], rows: dict, halves: dict, verdicts: dict, unit: str, stale_cols: bool) -> list[str]:
     """The markdown table of the fitted runs, in the order of names; with stale_cols, their staleness too."""
     head, rule = (" mean lag | tokens at lag k − 1 | clipped tokens |", "---|---|---|") if stale_cols else ("", "")
@@ -331,7 +330,8 @@ def run_rows(names: list[str], rows: dict, halves: dict, verdicts: dict, unit: s
         evals = [e for e in records(name) if e["kind"] == "eval"]
         # the log's own last evaluation: a fit on the rise has no extrapolation when C_mid lies beyond the window
         actual, se = (evals[-1]["pass_rate"], evals[-1].get("pass_rate_se", nan)) if evals else (nan, nan)
-        stale = stale_row(staleness(name)) if stale_cols else ""
+        st = staleness(name) if stale_cols else {}
+        stale = f" {st['lag']:.2f} | {st['at_bound']:.1%} (k = {st['k']}) | {st['clipped']:.3%} |" if st else ""
         if name not in rows:  # fit_curve.py fits no curve that does not rise (it says why)
             if evals:
                 peak = max(evals, key=lambda e: e["pass_rate"])

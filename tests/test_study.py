@@ -56,17 +56,22 @@ def test_every_run_has_one_part_and_every_part_one_table():
         assert any(n.startswith(prefix) for n in [*study.SEEDS, *study.runs_of(table)]), table
 
 
-def test_the_eval_runs_change_the_evaluation_or_the_warmup_only():
+def test_the_eval_runs_change_the_evaluation_the_warmup_or_the_learning_rate_only():
     """The eval table asks what lets a fit on the rise predict the plateau: its runs are the plain command (eval2-s*)
-    with 8 samples a prompt (eval8-s*: training is the seeds') or a 5-step warm-up (warm5-s*: the early cut moves)."""
+    with 8 samples a prompt (eval8-s*: training is the seeds'), a 5-step warm-up (warm5-s*: the early cut moves) or
+    half the learning rate with the warm-up and the run twice as long (lr25-s*: the cut stays at the same C_mid)."""
     plain = config.to_dict(config.parse_args([]))
-    changed = {"eval8": {"eval_samples"}, "eval2": set(), "warm5": {"warmup_steps"}}
+    changed = {"eval8": {"eval_samples"}, "eval2": set(), "warm5": {"warmup_steps"},
+               "lr25": {"lr", "warmup_steps", "max_steps"}}
     assert {study.setting(n) for n in study.runs_of("eval")} == set(changed)
     for name in study.runs_of("eval"):
         cfg = config.to_dict(config.parse_args(study.flags_of(name)))
         assert {k for k in plain if plain[k] != cfg[k]} - {"seed"} == changed[study.setting(name)]
         assert cfg["eval_samples"] == (8 if name.startswith("eval8") else 2)  # as their names say
-        assert cfg["warmup_steps"] == (5 if name.startswith("warm5") else plain["warmup_steps"])
+        assert cfg["warmup_steps"] == {"warm5": 5, "lr25": 2 * plain["warmup_steps"]}.get(study.setting(name),
+                                                                                           plain["warmup_steps"])
+        if name.startswith("lr25"):  # half the rate for twice the steps: the same sum of step sizes at each end
+            assert (cfg["lr"], cfg["max_steps"]) == (plain["lr"] / 2, 2 * plain["max_steps"])
 
 
 def test_split_recovers_the_evaluation_noise_of_a_pair(tmp_path):
