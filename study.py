@@ -81,7 +81,7 @@ PARTS = {  # name -> flags, by part: each under 2 h with --jobs 2 on the 2-core 
     "eval": {**seeded("eval8", ["--eval_samples", "8"], range(2)), **seeded("eval2", [], range(2))},
     "eval-warmup": seeded("warm5", ["--warmup_steps", "5"], range(2)),  # the early cut at 0.15 C_mid, not 0.6
     # half the learning rate, so a policy that swings less; the warm-up and the run twice as long, so the same cut
-    "eval-lr": seeded("lr25", ["--lr", "2.5e-5", "--warmup_steps", "40", "--max_steps", "500"], range(3)),
+    "eval-lr": seeded("lr25", ["--lr", "2.5e-5", "--warmup_steps", "40", "--max_steps", "500"], range(5)),
     # paper §3.2(a), Fig. 4b: under real off-policyness (PPO-off-policy-8, lags up to 7) CISPO beats DAPO;
     # stale-s* is the reference (CISPO), loo-dapo-s* its DAPO row
     "loo": {**seeded("stale", ["--mode", "ppo", "--k", "8"], range(2)),
