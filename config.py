@@ -59,6 +59,10 @@ class Config:
     activation_checkpointing: Literal["auto", "on", "off"] = "auto"  # recompute each decoder layer in backward;
     #                                                                  auto = on on GPU, off on CPU
     tp: int = 1  # GPUs per vLLM engine (tensor parallelism); it must divide the ranks of a node
+    generators: int = -1  # ranks that only generate (the rest only train, paper A.3); 0 = every rank does both in
+    #                       turn; -1 = 4:1 on several GPUs (8: 6 + 2), 0 on one device or CPUs (devices.py)
+    peer_timeout_s: float = 20.0  # with --generators: a rank whose heartbeat stops this long is dead, and a
+    #                               weight push not done in this time fails: every rank stops, exit 4
 
     # --- off-policy setup (paper §3.1) ---
     mode: str = "pipeline"  # rollouts.SCHEDULES: pipeline = PipelineRL-k, ppo = PPO-off-policy-k, sync = on-policy
@@ -304,6 +308,8 @@ def validate(cfg: Config) -> None:
             f"(e.g. {max(1, round(cfg.batch / cfg.group)) * cfg.group})")
     if cfg.k < 1:
         bad(f"--k must be >= 1 (1 is on-policy), got {cfg.k}")
+    if cfg.generators < -1 or not 1 <= cfg.peer_timeout_s <= 3600:
+        bad(f"--generators is a number of ranks, 0 or -1 (default split), and --peer_timeout_s is in [1, 3600] s")
     if cfg.mode == "sync" and cfg.k != 1:
         bad(f"--mode sync is on-policy: --k must be 1, got {cfg.k}")
     for name in ("lr", "temperature", "eps_max", "eps_low", "eps_high", "eps_clip", "gspo_eps_low", "gspo_eps_high",

@@ -57,6 +57,9 @@ def layout_from_env(tp: int = 1, env=os.environ) -> Layout:
     if "RANK" not in env:
         layout = Layout(tp=tp)
     else:
+        for name in ("WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+            if name not in env:
+                raise ValueError(f"RANK is set but {name} is not: start several processes with torchrun, or unset RANK")
         world = int(env["WORLD_SIZE"])
         layout = Layout(int(env["RANK"]), world, int(env.get("LOCAL_RANK", 0)),
                         int(env.get("LOCAL_WORLD_SIZE", world)), tp)
@@ -64,6 +67,70 @@ def layout_from_env(tp: int = 1, env=os.environ) -> Layout:
         raise ValueError(f"--tp {tp} must divide the {layout.local_world} ranks of each node (torchrun "
                          f"--nproc_per_node), and every node must run as many ranks")
     return layout
+
+
+@dataclass(frozen=True)
+class Roles:
+    """Who generates and who trains (--generators G, paper A.3: 64 generator GPUs and 16 trainer GPUs). Ranks
+    0 .. T-1 train (FSDP2, or HSDP across nodes, over the trainers alone; rank 0 leads them and drives the
+    generators), ranks T .. world-1 generate (vLLM alone on the device, --tp ranks per engine). G = 0: every rank
+    does both in turn (colocated). Each role gets a world of its own: vLLM's external_launcher runs collectives
+    over the whole default world while it builds, so a trainer in the generators' world would hang it."""
+    job: Layout  # torchrun's whole job
+    generators: int = 0
+
+    @property
+    def trainers(self) -> int:
+        return self.job.world - self.generators
+
+    @property
+    def generating(self) -> bool:
+        return self.job.rank >= self.trainers
+
+    def layout(self) -> Layout:
+        """This rank's place in its own role's world (the colocated layout when G = 0)."""
+        j = self.job
+        if not self.generators:
+            return j
+        if self.generating:  # on a CPU every generator's engine is a world of its own device
+            return Layout(j.rank - self.trainers, self.generators, j.local_rank,
+                          min(self.generators, j.local_world), j.tp)
+        return Layout(j.rank, self.trainers, j.local_rank, min(self.trainers, j.local_world), 1)
+
+
+def default_generators(world: int, tp: int, cuda: bool) -> int:
+    """--generators -1: the paper's 4 generators to 1 trainer (A.3) on several GPUs, rounded down to whole engines
+    (8 GPUs: 6 + 2; 2 GPUs: 1 + 1); colocated (0) on one device and on CPUs, where the toy's generator and
+    trainer share the cores anyway and colocation is the tested default."""
+    if not cuda or world < 2:
+        return 0
+    return max(tp, world * 4 // 5 // tp * tp) if world - tp >= 1 else 0
+
+
+def roles_from_env(tp: int, generators: int, cuda: bool, env=os.environ) -> Roles:
+    """Roles from torchrun's variables and --generators (-1: default_generators). Raises ValueError (one line)
+    for a split that cannot run."""
+    job = layout_from_env(1 if generators else tp, env)
+    if generators == -1:
+        generators = default_generators(job.world, tp, cuda)
+    if not generators:
+        return Roles(layout_from_env(tp, env), 0)
+    if job.world == 1:
+        raise ValueError(f"--generators {generators} needs several processes (torchrun --nproc_per_node N): a single "
+                         "process generates and trains in turn (--generators 0)")
+    if generators >= job.world:
+        raise ValueError(f"--generators {generators} leaves no trainer among the {job.world} ranks: use at most "
+                         f"{job.world - 1}")
+    if generators % tp:
+        raise ValueError(f"--tp {tp} must divide --generators {generators}: each engine takes --tp generator ranks")
+    first = job.world - generators  # an engine's ranks must share a node; so must the trainers' shards (HSDP)
+    if any((first + e * tp) // job.local_world != (first + e * tp + tp - 1) // job.local_world
+           for e in range(generators // tp)):
+        raise ValueError(f"--tp {tp}: an engine's generator ranks would span two nodes; choose --generators so "
+                         f"that the {first} trainers fill whole groups of --tp ranks")
+    if first > job.local_world and first % job.local_world:
+        raise ValueError(f"{first} trainer ranks over several nodes must fill whole nodes of {job.local_world}")
+    return Roles(Layout(job.rank, job.world, job.local_rank, job.local_world, tp), generators)
 
 
 def check_engine_device(expected: str, actual: str, rank: int) -> None:

@@ -44,7 +44,7 @@ class Progress:
         import sys
         self.total, self.desc, self.interval_s, self.n = total, desc, interval_s, 0
         self.start = self.last = time.time()
-        quiet = os.environ.get("RANK", "0") != "0" or total == 0
+        quiet = os.environ.get("RANK", "0") != "0" or os.environ.get("SCALERL_ROLE") == "generator" or total == 0
         self.bar = None
         if not quiet and sys.stdout.isatty():
             from tqdm import tqdm

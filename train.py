@@ -53,8 +53,11 @@ from rollouts import SCHEDULES, PromptSampler, Rollouts, evaluate, seqs_in_fligh
 
 
 cfg = config.main()  # a bad flag exits 2 here, before any model, dataset or engine is loaded
-try:
-    layout = devices.layout_from_env(cfg.tp)  # this rank, its device and its engine (torchrun's variables)
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+try:  # who generates and who trains (--generators); this rank, its device and its engine (torchrun's variables)
+    roles = devices.roles_from_env(cfg.tp, cfg.generators, torch.cuda.is_available())
+    layout, split = roles.layout(), roles.generators > 0
 except ValueError as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
@@ -62,8 +65,8 @@ if cfg.dry_run:
     print(json.dumps(config.to_dict(cfg), indent=1))
     sys.exit(0)
 
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
+import stream  # noqa: E402  generator ranks and trainer ranks: the line between them first, then a world each
+bridge = stream.connect(cfg, roles) if split else None  # a generator rank serves in there until told to stop
 from transformers import AutoConfig, AutoTokenizer  # noqa: E402
 
 import checkpoint  # noqa: E402
@@ -74,16 +77,17 @@ from policy import all_reduce  # noqa: E402
 # -----------------------------------------------------------------------------------------------------------
 # compute init: torchrun sets RANK/WORLD_SIZE; plain python is a world of one. FSDP2 runs in both, so the
 # 1-process and N-process paths are the same code (and the CPU tests exercise the multi-GPU path). Each rank
-# trains on its own device (cuda:LOCAL_RANK) and runs vLLM there, alone or in a tensor-parallel group (devices.py).
+# trains on its own device (cuda:LOCAL_RANK) and runs vLLM there (devices.py), or, split, only trains.
 t_start = time.time()
-distributed, rank, world = "RANK" in os.environ, layout.rank, layout.world
+rank, world = layout.rank, layout.world
 device = torch.device(layout.device(torch.cuda.is_available()))
 if device.type == "cuda":
     torch.cuda.set_device(device)
 # ranks wait in collectives while rank 0 alone hashes and verifies a checkpoint (minutes for a large model):
 # a timeout of an hour rather than NCCL's default ten minutes
+store = dist.PrefixStore("trainers/", bridge.store) if split else None if "RANK" in os.environ else dist.HashStore()
 dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=datetime.timedelta(hours=1),
-                        **({} if distributed else {"store": dist.HashStore(), "rank": 0, "world_size": 1}))
+                        **({"store": store, "rank": rank, "world_size": world} if store else {}))
 master = rank == 0
 compute_dtype = getattr(torch, cfg.dtype)  # resolved by config.py ("auto" is never left)
 
@@ -173,7 +177,7 @@ if cfg.vllm_max_len(phrase_tokens) > context:
          f"{cfg.answer_max_tokens} tokens exceed the model's context of {context}")
 if cfg.eval_every != -1 and cfg.eval_prompts > len(eval_rows) and "eval_prompts" in cfg.typed:
     fail(f"--eval_prompts {cfg.eval_prompts} is more than the {len(eval_rows)} validation prompts")
-eval_rows = eval_rows[:cfg.eval_prompts][layout.engine::layout.engines]  # "up to 1,000"; each engine its share
+eval_rows = eval_rows[:cfg.eval_prompts][slice(None) if split else slice(layout.engine, None, layout.engines)]
 sampler = PromptSampler(train_rows, cfg.seed, cfg.npr, cfg.npr_threshold)  # identical on every rank
 
 # the trainer (policy.py): FSDP2, fp32 master weights, the body in compute_dtype and the LM head in fp32
@@ -200,9 +204,9 @@ if resume_from:
 # the generator (generate.py) loads the same weights; the schedule says whether updates land mid-request and
 # how many sequences an engine holds; on a GPU the memory plan (devices.py) splits the device with the trainer
 in_flight = SCHEDULES[cfg.mode].updates_in_flight
-engine_seqs = seqs_in_flight(cfg, layout.engines)
+engine_seqs = seqs_in_flight(cfg, roles.generators // cfg.tp if split else layout.engines)
 plan = None
-if device.type == "cuda":  # FSDP2's DTensors count whole parameters
+if device.type == "cuda" and not split:  # FSDP2's DTensors count whole parameters
     shape = devices.ModelShape.of(model_config, sum(p.numel() for p in model.parameters()))
     budget = devices.Budget(cfg.vllm_max_len(phrase_tokens), cfg.micro_batch_tokens, cfg.logprob_chunk_tokens,
                             cfg.activation_checkpointing == "on", engine_seqs, sleeps=not in_flight)
@@ -211,14 +215,23 @@ if device.type == "cuda":  # FSDP2's DTensors count whole parameters
     print0(plan.lines())
     if plan.problem:
         fail(plan.problem)
-print0(f"placement: {world} rank(s) on {layout.nodes} node(s); trainer on {device} per rank; {layout.engines} vLLM "
-       f"engine(s) of {cfg.tp} rank(s), {engine_seqs} sequences in flight each")
+print0(f"placement: {world} trainer rank(s) on {layout.nodes} node(s), {roles.generators} generator rank(s) "
+       f"(stream.py)" if split else f"placement: {world} rank(s) on {layout.nodes} node(s); trainer on {device} per "
+       f"rank; {layout.engines} vLLM engine(s) of {cfg.tp} rank(s), {engine_seqs} sequences in flight each")
 engine_error = None
-try:
-    gen = Generator(cfg, resume_from or model_path, tokenizer, str(device), in_flight, layout,
-                    plan.vllm_fraction if plan else 0.0, engine_seqs)
-except Exception as e:  # too little memory for the KV cache, an unsupported model...: one line, status 4
-    engine_error = f"the vLLM engine failed to start on rank {rank}: {data.one_line(e, 300)}"
+if split:  # the generator ranks build their engines from these weights; every trainer waits for them
+    gen = stream.Remote(cfg, roles, bridge, sampler, lambda: policy.full_weights(model, compute_dtype), interrupt)
+    try:
+        gen.start(resume_from or model_path, state["version"], [(n, list(p.shape), cfg.dtype) for n, p in
+                  model.named_parameters()], {"vllm_fraction": 0.9 * (device.type == "cuda"), "seqs": engine_seqs})
+    except stream.PeerError as e:
+        engine_error = str(e)
+else:
+    try:
+        gen = Generator(cfg, resume_from or model_path, tokenizer, str(device), in_flight, layout,
+                        plan.vllm_fraction if plan else 0.0, engine_seqs)
+    except Exception as e:  # too little memory for the KV cache, an unsupported model...: one line, status 4
+        engine_error = f"the vLLM engine failed to start on rank {rank}: {data.one_line(e, 300)}"
 engine_errors = [None] * world
 dist.all_gather_object(engine_errors, engine_error)  # every rank learns of a failure on any rank
 if any(engine_errors):
@@ -263,8 +276,9 @@ def run_evaluation(step: int):
     completions keep decoding meanwhile: that share of the time (by tokens decoded) is credited as training."""
     t0, decoded0 = time.time(), list(gen.tokens_decoded)
     with clock.paused():
-        ev = guarded(lambda: evaluate(gen, eval_rows, cfg, grade, first_index=layout.engine, stride=layout.engines,
-                                      share=(layout.tp_rank, layout.tp), extract=extract_answer), "evaluation", step)
+        ev = guarded(lambda: (gen.evaluate if split else functools.partial(evaluate, gen))(
+            eval_rows, cfg, grade, first_index=layout.engine, stride=layout.engines, share=(layout.tp_rank, layout.tp),
+            extract=extract_answer), "evaluation", step)
     eval_tokens, train_tokens = (now - before for now, before in zip(gen.tokens_decoded, decoded0))
     clock.credit((time.time() - t0) * train_tokens / max(eval_tokens + train_tokens, 1))
     ev = all_reduce(ev)
@@ -313,6 +327,7 @@ def step_record(groups: list, stats: policy.StepStats, trained_version: int, tim
         "ungraded": int(n["ungraded"]), "t_train": stats.t_train, "t_optim": stats.t_optim, "t_sync": timer["sync"],
         "peak_mem_gib": most["peak_mem_gib"], "rss_gib": most["rss_gib"], "t_step": time.time() - timer.start,
         "prompts": [p for _, p in sorted(sp for ranked in trained for sp in ranked)],
+        "train_busy": (stats.t_train + stats.t_optim) / (time.time() - timer.start), **(gen.stats() if split else {}),
     }
 
 
@@ -363,11 +378,11 @@ if preset:
 if device.type == "cpu" and cfg.dtype == "bfloat16" and devices.bf16_is_emulated():
     print0("warning: this CPU has no native bf16 (no avx512_bf16 or amx_bf16 flag), so bf16 matmuls are emulated and "
            "a toy step takes ~4x longer than in float32")
-clock = Clock(state["gpu_hours"], world)
+clock = Clock(state["gpu_hours"], roles.job.world)  # every device, idle or not (the paper's GPU-hours)
 if resume_from:  # and once more through update_weights, as the running engine got them: on CPUs with AMX, vLLM's
     sync_weights(new_version=False)  # bf16 numerics differ between a fresh load and a reload
 gen.set_version(state["version"])
-rollouts = Rollouts(gen, sampler, grade, cfg, layout)
+rollouts = gen if split else Rollouts(gen, sampler, grade, cfg, layout)  # the stream, or this rank's engine
 
 # -----------------------------------------------------------------------------------------------------------
 # the loop
@@ -422,7 +437,8 @@ while True:
            f" | loss {record['loss']:+.4f} | lag {record['lag_mean']:.2f}/{record['lag_max']:.0f} | mismatch "
            f"{record['mismatch']:.1e} | {record['completion_tokens_mean'] * cfg.batch / record['t_step']:.0f} tok/s | "
            f"{record['t_step']:.2f}s (gen {record['t_generate']:.2f} train {record['t_train'] + record['t_optim']:.2f} "
-           f"sync {record['t_sync']:.3f})")
+           f"sync {record['t_sync']:.3f})" + (f" | busy: generators {record['gen_busy']:.2f}, trainers "
+                                                f"{record['train_busy']:.2f}" if split else ""))
     if state["bad_steps"] >= cfg.max_bad_steps:
         print0(f"error: {state['bad_steps']} consecutive steps with a non-finite loss or gradient; stopping. The last "
                f"checkpoint in {run_dir} is intact.")

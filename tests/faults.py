@@ -13,6 +13,10 @@ as `python train.py` would. Used by conftest.run_train when a test passes SCALER
     SCALERL_FAULT_FORK_SCHEDULE=1  a fork's schedule, --mode hoard: it generates two steps' worth at once and holds
                                    the second in Schedule.held (nothing else tells a checkpoint about those prompts)
 
+    SCALERL_FAULT_KILL=gen:5       with --generators: the generator rank SIGKILLs itself at the 5th group it is given
+                                   (gen:N), or the trainer leader at its Nth optimizer step (leader:N)
+    SCALERL_FAULT_NO_PUSH=2        with --generators: the leader announces its 2nd weight push and never sends it
+
 Steps are counted from 1 in this process (after a --resume, the first step it runs is 1).
 
     python tests/faults.py <train.py flags>          (or under torchrun)
@@ -150,5 +154,38 @@ if grad_file:
     policy.optimizer_step = saving_optimizer_step
 if engine_step:
     rollouts.Rollouts.next_batch = failing_next_batch
+kill_role, _, kill_at = os.environ.get("SCALERL_FAULT_KILL", "").partition(":")
+no_push = int(os.environ.get("SCALERL_FAULT_NO_PUSH", "0"))
+
+
+def killing(function, role):
+    """function, except that its kill_at-th call on a rank of this role SIGKILLs the process (no goodbye)."""
+    def wrapped(*args, **kwargs):
+        generator = os.environ.get("SCALERL_ROLE") == "generator"  # (a generator's RANK is its rank among them)
+        mine = generator if role == "gen" else not generator and os.environ.get("RANK") == "0"
+        calls[role] = calls.get(role, 0) + mine
+        if mine and calls[role] == int(kill_at):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return function(*args, **kwargs)
+    return wrapped
+
+
+def silent_broadcast(self, flat):
+    """The leader's no_push-th push: announced to the generators, then nothing sent."""
+    calls["push"] = calls.get("push", 0) + (os.environ.get("SCALERL_ROLE") != "generator")
+    if calls["push"] != no_push or os.environ.get("SCALERL_ROLE") == "generator":
+        broadcast(self, flat)
+
+
+import signal  # noqa: E402
+import stream  # noqa: E402
+
+broadcast = stream.Bridge.broadcast
+if kill_role == "gen":
+    generate.Generator.submit = killing(generate.Generator.submit, "gen")
+if kill_role == "leader":
+    policy.optimizer_step = killing(policy.optimizer_step, "leader")
+if no_push:
+    stream.Bridge.broadcast = silent_broadcast
 sys.argv = [os.path.join(ROOT, "train.py"), *sys.argv[1:]]
 runpy.run_path(sys.argv[0], run_name="__main__")

@@ -34,8 +34,8 @@ def torchrun(*args, env=None, timeout=600):
                           env={**os.environ, **(env or {})})
 
 
-def _completions(name):
-    with open(os.path.join(OUT, name, "rollouts", "step_000001.jsonl")) as f:
+def _completions(name, step=1):
+    with open(os.path.join(OUT, name, "rollouts", f"step_{step:06d}.jsonl")) as f:
         return sorted((r["prompt"], r["completion"]) for r in map(json.loads, f))
 
 

@@ -1,0 +1,464 @@
+"""PipelineRL with its pipeline (paper §3.1, A.3): generator ranks decode without pause while trainer ranks train,
+in one torchrun job; after each optimizer step the trainers' leader (rank 0) pushes the new weights to every
+generator, which loads them between two engine steps while its requests keep decoding on their old KV cache.
+
+    torchrun --nproc_per_node 2 train.py --generators 1        # 1 trainer + 1 generator (CPU: a core each)
+
+Who talks to whom:
+  * torchrun's own store (its agent hosts it, so it outlives any worker) carries small JSON messages as keys: a
+    queue per engine from the leader, msg/<engine>/<i> (generate these prompts, evaluate these, load a push,
+    stop), and a queue per generator rank back, out/<g>/<j> (graded groups, evaluation sums). Every rank beats
+    (beat/<rank>, from a thread with a connection of its own): a peer whose beat stops for --peer_timeout_s is
+    dead, and the ranks that wait on it stop with one line, exit 4. A rank that fails posts its one line (error).
+  * A gloo group (NCCL on GPUs) of the leader and the generators alone carries the weights: names, shapes and
+    dtype once (at set-up), then per push a message in every engine's queue and flat buffers of up to
+    BUCKET_BYTES, never one message per tensor. Trainers gather everything first, then the leader sends: no
+    collective of one group waits inside a collective of the other.
+  * The trainers have a world of their own (FSDP2 over them alone), the generators another (vLLM's).
+
+The lag bound of rollouts.py holds exactly. Groups are trained in the order drawn, exactly --batch completions a
+step; the leader admits prompt n (P prompts a step, counted from 0) at step s only if n < (s + d) P, and only once
+the generators hold the weights of step s; d = --pipeline_depth (<= k) for PipelineRL, k steps' worth every k steps
+for PPO-off-policy-k, 1 for sync. Prompt n is trained at step n // P, so its lag is at most d - 1 <= k - 1. What
+the leader decides depends on the step alone, never on timing, so every trainer rank draws the same prompts; which
+version sampled each token depends on timing (that is PipelineRL). Prompts drawn and not trained yet are saved by
+checkpoints and drawn first on --resume: what a crash left in flight is generated again, none is lost.
+"""
+import atexit
+import contextlib
+import dataclasses
+import datetime
+import json
+import os
+import signal
+import sys
+import threading
+import time
+
+import torch
+import torch.distributed as dist
+
+from generate import Group, Sample
+from rollouts import TrainingSetSolved, evaluate, grade_groups, pipeline_steps
+
+BUCKET_BYTES = 256 << 20  # a push's flat buffers: few enough messages, bounded extra memory on both sides
+
+
+class PeerError(RuntimeError):
+    """Another rank died, stopped beating, or posted an error: this rank stops too (one line, exit 4)."""
+
+
+class Bridge:
+    """The leader's and the generators' line to each other: the store, heartbeats and the weight group. Built
+    first thing on every rank, before either world: a rank busy building a model would leave the others waiting."""
+
+    def __init__(self, roles, timeout_s: float, cuda: bool):
+        env, job = os.environ, roles.job
+        agent = env.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"  # else rank 0 hosts it
+        prefix = f"scalerl/{env.get('TORCHELASTIC_RESTART_COUNT', '0')}/"
+
+        def connect(host_it=False):
+            store = dist.TCPStore(env["MASTER_ADDR"], int(env["MASTER_PORT"]), is_master=host_it,
+                                  timeout=datetime.timedelta(seconds=max(60.0, timeout_s)), wait_for_workers=False)
+            return dist.PrefixStore(prefix, store)
+        self.store = connect(host_it=not agent and job.rank == 0)
+        self.rank, self.trainers, self.timeout_s = job.rank, roles.trainers, timeout_s
+        self.seen: dict[int, tuple[int, float]] = {}  # peer rank -> (its beat count, when it last changed)
+        self.checked = 0.0
+        beats = connect()
+        threading.Thread(target=self._beat, args=(beats,), daemon=True).start()
+        self.group = None  # the weight group: leader = 0, generator g = 1 + g; other trainers are not in it
+        if job.rank == 0 or roles.generating:
+            members = 1 + roles.generators
+            me = 0 if job.rank == 0 else 1 + job.rank - roles.trainers
+            store = dist.PrefixStore("weights/", self.store)
+            if cuda:  # unverified: no GPU was available to this project (docs/gpu.md)
+                self.group = dist.ProcessGroupNCCL(store, me, members, dist.ProcessGroupNCCL.Options())
+            else:
+                self.group = dist.ProcessGroupGloo(store, me, members, datetime.timedelta(seconds=timeout_s))
+
+    def _beat(self, store):
+        while True:
+            try:
+                store.add(f"beat/{self.rank}", 1)
+            except Exception:  # the store's host is gone; the main thread finds out when it next looks
+                return
+            time.sleep(0.5)
+
+    def post_error(self, message: str):
+        try:
+            self.store.compare_set("error", "", message)  # the first failure is the one every rank reports
+        except Exception:
+            pass
+
+    def check(self, peers: list[int]):
+        """Raise PeerError if any rank posted an error or a peer's beat has stopped (looks twice a second)."""
+        now = time.time()
+        if now - self.checked < 0.5:
+            return
+        self.checked = now
+        try:
+            if self.store.check(["error"]) and (message := self.store.get("error").decode()):
+                raise PeerError(message)
+            for r in peers:
+                count = self.store.add(f"beat/{r}", 0)
+                last = self.seen.get(r)
+                if last is None or last[0] != count:
+                    self.seen[r] = (count, now)
+                elif now - last[1] > self.timeout_s:
+                    role = "the trainer leader" if r == 0 else f"generator rank {r}"
+                    raise PeerError(f"{role} stopped: no heartbeat for {self.timeout_s:.0f} s (it died or hangs)")
+        except (RuntimeError, OSError) as e:  # the store itself is gone (its host died)
+            if isinstance(e, PeerError):
+                raise
+            raise PeerError(f"lost the run's store ({type(e).__name__}): a rank or torchrun's agent died") from None
+
+    def send(self, key: str, message: dict):
+        self.store.set(key, json.dumps(message))
+
+    def receive(self, key: str) -> dict | None:
+        return json.loads(self.store.get(key)) if self.store.check([key]) else None
+
+    def wait(self, key: str, peers: list[int]) -> dict:
+        while (message := self.receive(key)) is None:
+            self.check(peers)
+            time.sleep(0.005)
+        return message
+
+    def broadcast(self, flat: torch.Tensor):
+        self.group.broadcast(flat, 0).wait()
+
+
+def buckets(meta: list) -> list[list[int]]:
+    """Consecutive tensors (indices into meta: name, shape, dtype) packed into flat buffers of one dtype, each up
+    to BUCKET_BYTES (one tensor may exceed it alone). The same on both sides, from the metadata alone."""
+    out, size = [], 0
+    for i, (_, shape, dtype) in enumerate(meta):
+        nbytes = torch.Size(shape).numel() * getattr(torch, dtype).itemsize
+        if not out or meta[out[-1][0]][2] != dtype or size + nbytes > BUCKET_BYTES:
+            out.append([])
+            size = 0
+        out[-1].append(i)
+        size += nbytes
+    return out
+
+
+def from_json(d: dict) -> Group:
+    return Group(**{**d, "samples": [Sample(**s) for s in d["samples"]]})
+
+
+# --- the trainers' side ------------------------------------------------------------------------------------------
+class Remote:
+    """What train.py asks of a Generator and of Rollouts, answered by the generator ranks: next_batch (this trainer
+    rank's share of the step's groups, in draw order), update_weights (a push), evaluate, pending. Every trainer
+    rank keeps the same sampler and bookkeeping; the leader alone talks to the generators."""
+
+    def __init__(self, cfg, roles, bridge: Bridge, sampler, weights, interrupt):
+        self.cfg, self.bridge, self.sampler, self.weights, self.interrupt = cfg, bridge, sampler, weights, interrupt
+        self.layout = roles.layout()
+        self.leader = self.layout.rank == 0
+        self.generators, self.engines = roles.generators, roles.generators // cfg.tp
+        self.peers = [roles.trainers + g for g in range(roles.generators)]
+        self.depth = cfg.k if cfg.mode == "ppo" else pipeline_steps(cfg) if cfg.mode == "pipeline" else 1
+        self.version = self.pushed = 0
+        self.steps, self.base = 0, sampler.serial
+        self.dispatched: dict[int, int] = {}  # serial -> prompt index: drawn, not trained yet
+        self.arrived: dict[int, Group] = {}  # (leader) finished and graded, not trained yet
+        self.sent, self.read = [0] * self.engines, [0] * self.generators
+        self.meta: list = []
+        self.tokens_decoded = [0, 0]  # [evaluation, training] tokens sampled by every generator
+        self.busy = [[0.0, 0.0] for _ in range(self.generators)]  # per generator: busy and wall seconds, cumulative
+        self.mark = [0.0, 0.0]
+        self.grading = [0.0, 0]  # grading seconds and ungraded completions, every generator, cumulative
+        self.t_grade, self.ungraded, self.solved, self.asleep = 0.0, 0, "", False
+        self.t_push, self.push_bytes, self.closed = 0.0, 0, False
+        if self.leader:
+            atexit.register(self._atexit)
+
+    # --- set-up and the end ---
+    def start(self, model_path: str, version: int, meta: list, setup: dict):
+        """Give the generators the model, the version and the weights' layout; wait until every engine is up."""
+        self.version = self.pushed = version
+        self.meta = meta
+        if self.leader:
+            self.bridge.send("setup", {"model_path": model_path, "version": version, "meta": meta, **setup})
+            for g in range(self.generators):
+                self.bridge.wait(f"ready/{g}", self.peers)
+
+    def set_version(self, version: int):
+        self.version = self.pushed = version
+
+    def close(self, status: int = 0):
+        if self.leader and not self.closed:
+            for e in range(self.engines):
+                self._send(e, {"kind": "stop", "status": status})
+        self.closed = True
+
+    def _atexit(self):  # the leader leaves without close(): an error or a signal; the generators stop too
+        with contextlib.suppress(Exception):  # (the store may be gone too)
+            self.close(self.interrupt.requested or 4)
+
+    def sleep(self):
+        pass
+
+    # --- weights ---
+    def update_weights(self, named_tensors, new_version: bool = True):
+        """After an optimizer step. PipelineRL pushes at once (generators are decoding); sync and PPO push when the
+        generators next need weights (the next draw, or an evaluation), so PPO-off-policy-k pushes once every k."""
+        if new_version:
+            self.version += 1
+            if self.cfg.mode == "pipeline":
+                self._push(named_tensors)
+
+    def _push_if_stale(self):
+        if self.pushed < self.version:
+            self._push(self.weights())
+
+    def _push(self, named_tensors):
+        """Every trainer gathers (FSDP2's collectives); the leader streams buckets as they fill. One failure is a
+        RuntimeError in one line (train.py stops every rank)."""
+        t0, nbytes = time.time(), 0
+        tensors = iter(named_tensors)
+        try:
+            if self.leader:
+                for e in range(self.engines):
+                    self._send(e, {"kind": "push", "version": self.version})
+            for idx in buckets(self.meta):
+                part = [next(tensors)[1].reshape(-1) for _ in idx]
+                if self.leader:
+                    flat = torch.cat(part) if len(part) > 1 else part[0].contiguous()
+                    self.bridge.broadcast(flat)
+                    nbytes += flat.numel() * flat.element_size()
+        except Exception as e:
+            for _ in tensors:  # the other trainers are gathering these
+                pass
+            raise RuntimeError(f"the weight push of version {self.version} failed: {type(e).__name__}: "
+                               f"{str(e)[:300]}") from None
+        self.pushed = self.version
+        self.t_push += time.time() - t0
+        self.push_bytes += nbytes
+
+    # --- rollouts ---
+    def next_batch(self) -> list[Group] | None:
+        cfg, P = self.cfg, self.cfg.prompts_per_step
+        self.t_push, self.push_bytes = 0.0, 0
+        grading = list(self.grading)
+        if cfg.mode != "ppo" or self.steps % cfg.k == 0:  # admit what the lag bound allows
+            want = self.base + (self.steps + self.depth) * P - self.sampler.serial
+            if want > 0:
+                self._push_if_stale()  # requests admitted now start on this step's weights
+                try:
+                    draws = self.sampler.draw(want)
+                except TrainingSetSolved as e:
+                    self.solved = str(e)
+                    return None
+                self.dispatched.update((serial, idx) for idx, serial in draws)
+                if self.leader:
+                    self._submit(draws)
+        batch = sorted(self.dispatched)[:P]  # the oldest draws, exactly a step's worth
+        groups = None
+        if self.leader:
+            while any(serial not in self.arrived for serial in batch):
+                if not self._poll():
+                    self.bridge.check(self.peers)
+                    time.sleep(0.002)
+            groups = [self.arrived.pop(serial) for serial in batch]
+        if self.layout.world > 1:
+            box = [groups, self.grading, self.tokens_decoded]
+            dist.broadcast_object_list(box)
+            groups, self.grading, self.tokens_decoded = box
+        for serial in batch:
+            del self.dispatched[serial]
+        for g in groups:  # No-Positive-Resampling sees every trained group (the same on every trainer rank)
+            self.sampler.record(g.prompt_idx, sum(s.correct for s in g.samples) / len(g.samples))
+        self.t_grade, self.ungraded = self.grading[0] - grading[0], self.grading[1] - grading[1]
+        self.steps += 1
+        return groups[self.layout.rank::self.layout.world]
+
+    def _submit(self, draws):
+        rows = self.sampler.rows
+        for e in range(self.engines):
+            mine = [(serial, idx, rows[idx]["prompt_ids"], rows[idx]["answer"]) for idx, serial in draws
+                    if serial % self.engines == e]
+            if mine:
+                self._send(e, {"kind": "generate", "groups": mine})
+
+    def _send(self, engine: int, message: dict):
+        self.bridge.send(f"msg/{engine}/{self.sent[engine]}", message)
+        self.sent[engine] += 1
+
+    def _poll(self, evals: list | None = None) -> bool:
+        """Read every generator's new messages; True if there were any."""
+        got = False
+        for g in range(self.generators):
+            while (m := self.bridge.receive(f"out/{g}/{self.read[g]}")) is not None:
+                self.read[g] += 1
+                got = True
+                self.busy[g] = m["busy"]
+                self.tokens_decoded = [sum(x) for x in zip(self.tokens_decoded, m.pop("tokens_new"))]
+                self.grading = [self.grading[0] + m["t_grade"], self.grading[1] + m["ungraded"]]
+                if m["kind"] == "eval":
+                    evals.append(m["result"])
+                for d in m.get("groups", []):
+                    self.arrived[d["serial"]] = from_json(d)
+        return got
+
+    def pending(self) -> list[tuple[int, int]]:
+        return sorted(self.dispatched.items())
+
+    def stats(self) -> dict:
+        """For the step's record: the generators' busy share since the last call, the pushes' time and bytes."""
+        busy, wall = (sum(b[i] for b in self.busy) for i in (0, 1))
+        share = (busy - self.mark[0]) / max(wall - self.mark[1], 1e-9)
+        self.mark = [busy, wall]
+        return {"gen_busy": share, "t_push": self.t_push, "push_bytes": self.push_bytes}
+
+    # --- evaluation ---
+    def evaluate(self, rows: list[dict], cfg, grade=None, extract=None, **_) -> dict:
+        """rollouts.evaluate on the generators, every engine its share (the seeds of a run with as many colocated
+        engines); the sums on the leader, zeros elsewhere (train.py sums over the trainers)."""
+        self._push_if_stale()
+        keys = ("correct", "samples", "prompts", "variance_sum", "ungraded", "truncated", "completion_tokens")
+        total = dict.fromkeys(keys + (("answered",) if extract else ()), 0.0)
+        if not self.leader:
+            return total
+        for e in range(self.engines):
+            self._send(e, {"kind": "evaluate", "first": e, "stride": self.engines,
+                           "rows": [(r["prompt_ids"], r["answer"]) for r in rows[e::self.engines]]})
+        results = []
+        while len(results) < self.generators:
+            if not self._poll(results):
+                self.bridge.check(self.peers)
+                time.sleep(0.002)
+        for r in results:
+            for k in total:
+                total[k] += r.get(k, 0.0)
+        return total
+
+
+# --- the generators' side: one loop, top to bottom ------------------------------------------------------------------
+def serve(cfg, roles, bridge: Bridge) -> int:
+    """A generator rank's whole life: its world, the engine, then messages and engine steps until the leader says
+    stop. Returns the exit status. The first Ctrl-C is the leader's to act on (it finishes its step, checkpoints
+    and says stop); a second one ends this rank at once."""
+    from transformers import AutoTokenizer
+    import rewards
+    from generate import Generator
+    signal.signal(signal.SIGINT, _second_signal_ends)
+    signal.signal(signal.SIGTERM, _second_signal_ends)
+    layout, cuda = roles.layout(), torch.cuda.is_available()
+    g, engine, leader = layout.rank, layout.engine, [0]
+    os.environ.update(RANK=str(g), WORLD_SIZE=str(layout.world), LOCAL_WORLD_SIZE=str(layout.local_world),
+                      SCALERL_ROLE="generator")  # what vLLM's external_launcher reads; progress bars stay quiet
+    if cuda:
+        torch.cuda.set_device(layout.local_rank)
+    dist.init_process_group("nccl" if cuda else "gloo", store=dist.PrefixStore("generators/", bridge.store),
+                            rank=g, world_size=layout.world, timeout=datetime.timedelta(hours=1))
+    try:
+        setup = bridge.wait("setup", leader)
+        tokenizer = AutoTokenizer.from_pretrained(setup["model_path"])
+        reward = rewards.REWARDS[cfg.reward]
+        grade = reward.make(cfg, tokenizer)
+        extract = reward.extract and (lambda text: reward.extract(text, thinking=rewards.prompt_opens_thinking(tokenizer)))
+        gen = Generator(cfg, setup["model_path"], tokenizer, layout.device(cuda), cfg.mode == "pipeline", layout,
+                        setup["vllm_fraction"], setup["seqs"])
+    except PeerError as e:
+        return _stop(bridge, g, str(e))
+    except Exception as e:
+        return _stop(bridge, g, f"the vLLM engine failed to start on generator rank {g}: {type(e).__name__}: "
+                                f"{str(e)[:300]}", post=True)
+    gen.sleeps = False  # alone on its device: nothing to make room for
+    gen.set_version(setup["version"])
+    plan, meta = buckets(setup["meta"]), setup["meta"]
+    bridge.send(f"ready/{g}", {})
+    inbox = outbox = 0
+    busy, start, told = 0.0, time.time(), list(gen.tokens_decoded)
+
+    def post(kind: str, t_grade: float = 0.0, ungraded: int = 0, **body):
+        nonlocal outbox, told
+        bridge.send(f"out/{g}/{outbox}", {"kind": kind, "busy": [busy, time.time() - start], "t_grade": t_grade,
+                                           "ungraded": ungraded,
+                                           "tokens_new": [a - b for a, b in zip(gen.tokens_decoded, told)], **body})
+        outbox, told = outbox + 1, list(gen.tokens_decoded)
+
+    try:
+        while True:
+            message = bridge.receive(f"msg/{engine}/{inbox}")
+            if message is not None:  # in the order sent: a push lands before the prompts admitted after it
+                inbox += 1
+                if message["kind"] == "stop":
+                    gen.close()  # the leader ended the run (and reports how); this rank has nothing to add
+                    return 0
+                if message["kind"] == "push":
+                    named = []
+                    for idx in plan:  # every bucket lands before any tensor is loaded
+                        dtype = getattr(torch, meta[idx[0]][2])
+                        sizes = [torch.Size(meta[i][1]).numel() for i in idx]
+                        flat = torch.empty(sum(sizes), dtype=dtype, device=layout.device(cuda))
+                        bridge.broadcast(flat)
+                        named += [(meta[i][0], t.view(meta[i][1])) for i, t in zip(idx, flat.split(sizes))]
+                    gen.update_weights(named, new_version=False)  # in place, between two engine steps
+                    gen.set_version(message["version"])
+                elif message["kind"] == "generate":
+                    for serial, idx, prompt_ids, answer in message["groups"]:
+                        gen.submit(str(serial), idx, prompt_ids, answer, cfg.group, serial)
+                elif message["kind"] == "evaluate":
+                    rows = [{"prompt_ids": p, "answer": a} for p, a in message["rows"]]
+                    t0 = time.time()
+                    result = evaluate(gen, rows, cfg, grade, first_index=message["first"], stride=message["stride"],
+                                      share=(layout.tp_rank, layout.tp), extract=extract)
+                    busy += time.time() - t0
+                    post("eval", result=result)
+                continue
+            if not gen.engine.has_unfinished_requests():
+                bridge.check(leader)
+                time.sleep(0.001)
+                continue
+            t0 = time.time()
+            gen.step()
+            busy += time.time() - t0
+            if gen.finished and layout.tp_rank == 0:  # an engine's other ranks decode the same groups
+                done, t0, before = gen.take(), time.time(), getattr(grade, "ungraded", 0)
+                if hasattr(grade, "new_budget"):
+                    grade.new_budget()
+                grade_groups(done, grade, cfg)
+                busy += time.time() - t0  # grading is the generator's work too
+                post("groups", time.time() - t0, getattr(grade, "ungraded", 0) - before,
+                     groups=[dataclasses.asdict(x) for x in done])
+            elif gen.finished:
+                gen.take()
+            bridge.check(leader)
+    except PeerError as e:
+        return _stop(bridge, g, str(e))
+    except Exception as e:
+        return _stop(bridge, g, f"generation failed on generator rank {g}: {type(e).__name__}: {str(e)[:300]}",
+                     post=True)
+
+
+def connect(cfg, roles) -> Bridge:
+    """The bridge, on every rank of a split run; a generator rank then serves until the leader says stop, and
+    exits. Either fails in one line."""
+    try:
+        bridge = Bridge(roles, cfg.peer_timeout_s, torch.cuda.is_available())
+    except Exception as e:
+        print(f"error: rank {roles.job.rank} could not reach the other ranks: {type(e).__name__}: {str(e)[:300]}",
+              file=sys.stderr, flush=True)
+        sys.exit(4)
+    if roles.generating:
+        sys.exit(serve(cfg, roles, bridge))
+    return bridge
+
+
+def _stop(bridge: Bridge, g: int, message: str, post: bool = False) -> int:
+    print(f"error (generator rank {g}): {message}", file=sys.stderr, flush=True)
+    return post and bridge.post_error(message) or 4
+
+
+_signals = [0]
+
+
+def _second_signal_ends(signum, frame):
+    _signals[0] += 1
+    if _signals[0] > 1:
+        print("error: interrupted", file=sys.stderr, flush=True)
+        os._exit(128 + signum)
