@@ -251,10 +251,10 @@ def check_counters(counters, path: str) -> dict:
 
 
 # what a resumed run may change: how long it runs, what it records and how it lays out memory and devices (none
-# changes the gradient: micro-batching and --tp are tested not to); every other flag must stay as it was
+# changes the gradient: micro-batching, --tp and --generators are tested not to); every other flag must stay as it was
 SAFE_ON_RESUME = {"resume", "dry_run", "max_steps", "save_every", "keep_checkpoints", "dump_every", "wandb",
                   "log_dir", "out_dir", "max_bad_steps", "micro_batch_tokens", "logprob_chunk_tokens",
-                  "activation_checkpointing", "tp", "vllm_memory", "vllm_kv_cache_gib"}
+                  "activation_checkpointing", "tp", "generators", "peer_timeout_s", "vllm_memory", "vllm_kv_cache_gib"}
 
 
 def resume_changes(log_path: str, now: dict) -> dict:

@@ -366,7 +366,8 @@ if cfg.resume:
     log({"kind": "resume", "step": state["step"], "time": time.time(), "max_steps": cfg.max_steps,
          "changed": resume_changes})
 else:
-    log({"kind": "config", **config.to_dict(cfg), "run_name": run_name, "world_size": world, "device": device.type,
+    log({"kind": "config", **config.to_dict(cfg), "run_name": run_name, "world_size": roles.job.world,
+         "generator_ranks": roles.generators, "device": device.type,  # (resolved --generators)
          "model_path": model_path,  # and the weights' hash, read on rank 0 only (the rank that writes the log)
          "model_sha256": policy.weights_sha256(model_path) if master else None})
 preset = config.toy_preset(cfg)
