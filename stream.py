@@ -395,7 +395,12 @@ def serve(cfg, roles, bridge: Bridge) -> int:
                         dtype = getattr(torch, meta[idx[0]][2])
                         sizes = [torch.Size(meta[i][1]).numel() for i in idx]
                         flat = torch.empty(sum(sizes), dtype=dtype, device=layout.device(cuda))
-                        bridge.broadcast(flat)
+                        try:
+                            bridge.broadcast(flat)
+                        except Exception as e:  # (gloo's own timeout is --peer_timeout_s)
+                            raise RuntimeError(f"the weight push of version {message['version']} did not arrive "
+                                               f"within --peer_timeout_s ({cfg.peer_timeout_s:.0f} s): "
+                                               f"{str(e)[-120:]}") from None
                         named += [(meta[i][0], t.view(meta[i][1])) for i, t in zip(idx, flat.split(sizes))]
                     gen.update_weights(named, new_version=False)  # in place, between two engine steps
                     gen.set_version(message["version"])
