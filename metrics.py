@@ -117,3 +117,10 @@ def token_lags(kept: list, trained_version: int, k: int) -> list[int]:
             if m and v >= 0:
                 counts[min(trained_version - v, k - 1)] += 1
     return counts
+
+
+def write_jsonl(path: str, rows: list[dict]) -> None:
+    """rows as JSON lines in a new file, its folder made if needed (the rollout dumps)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)

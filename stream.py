@@ -3,17 +3,15 @@ in one torchrun job; after each optimizer step the trainers' leader (rank 0) pus
 generator, which loads them between two engine steps while its requests keep decoding on their old KV cache.
 
     torchrun --nproc_per_node 2 train.py --generators 1        # 1 trainer + 1 generator (CPU: a core each)
-
 Who talks to whom:
-  * torchrun's own store (its agent hosts it, so it outlives any worker) carries small JSON messages as keys: a
-    queue per engine from the leader, msg/<engine>/<i> (generate these prompts, evaluate these, load a push,
-    stop), and a queue per generator rank back, out/<g>/<j> (graded groups, evaluation sums). Every rank beats
-    (beat/<rank>, from a thread with a connection of its own): a peer whose beat stops for --peer_timeout_s is
-    dead, and the ranks that wait on it stop with one line, exit 4. A rank that fails posts its one line (error).
-  * A gloo group (NCCL on GPUs) of the leader and the generators alone carries the weights: names, shapes and
-    dtype once (at set-up), then per push a message in every engine's queue and flat buffers of up to
-    BUCKET_BYTES, never one message per tensor. Trainers gather everything first, then the leader sends: no
-    collective of one group waits inside a collective of the other.
+  * torchrun's store (its agent hosts it: it outlives any worker) carries JSON messages: a queue per engine from
+    the leader, msg/<engine>/<i> (generate these prompts, evaluate these, load a push, stop), one per generator
+    rank back, out/<g>/<j> (graded groups, evaluation sums). Every rank beats (beat/<rank>, from a thread with a
+    connection of its own): a peer silent for --peer_timeout_s is dead, and whoever waits on it stops with one
+    line, exit 4, as every rank does when one posts its failure (error).
+  * A gloo group (NCCL on GPUs) of the leader and the generators carries the weights: names, shapes and dtype
+    once, at set-up; per push a message in every engine's queue, then flat buffers of up to BUCKET_BYTES, not
+    a message per tensor. No collective of one group ever waits inside a collective of another.
   * The trainers have a world of their own (FSDP2 over them alone), the generators another (vLLM's).
 
 The lag bound of rollouts.py holds exactly. Groups are trained in the order drawn, exactly --batch completions a
@@ -30,7 +28,6 @@ import dataclasses
 import datetime
 import json
 import os
-import signal
 import sys
 import threading
 import time
@@ -39,6 +36,7 @@ import torch
 import torch.distributed as dist
 
 from generate import Group, Sample
+from policy import full_weights
 from rollouts import TrainingSetSolved, evaluate, grade_groups, pipeline_steps
 
 BUCKET_BYTES = 256 << 20  # a push's flat buffers: few enough messages, bounded extra memory on both sides
@@ -49,8 +47,8 @@ class PeerError(RuntimeError):
 
 
 class Bridge:
-    """The leader's and the generators' line to each other: the store, heartbeats and the weight group. Built
-    first thing on every rank, before either world: a rank busy building a model would leave the others waiting."""
+    """The store, heartbeats and the weight group. Built first on every rank, before either world: a rank busy
+    building a model would leave the others waiting."""
 
     def __init__(self, roles, timeout_s: float, cuda: bool):
         env, job = os.environ, roles.job
@@ -65,8 +63,7 @@ class Bridge:
         self.rank, self.trainers, self.timeout_s = job.rank, roles.trainers, timeout_s
         self.seen: dict[int, tuple[int, float]] = {}  # peer rank -> (its beat count, when it last changed)
         self.checked = 0.0
-        beats = connect()
-        threading.Thread(target=self._beat, args=(beats,), daemon=True).start()
+        threading.Thread(target=self._beat, args=(connect(),), daemon=True).start()
         self.group = None  # the weight group: leader = 0, generator g = 1 + g; other trainers are not in it
         if job.rank == 0 or roles.generating:
             members = 1 + roles.generators
@@ -86,10 +83,8 @@ class Bridge:
             time.sleep(0.5)
 
     def post_error(self, message: str):
-        try:
-            self.store.compare_set("error", "", message)  # the first failure is the one every rank reports
-        except Exception:
-            pass
+        with contextlib.suppress(Exception):  # the first failure is the one every rank reports
+            self.store.compare_set("error", "", message)
 
     def check(self, peers: list[int]):
         """Raise PeerError if any rank posted an error or a peer's beat has stopped (looks twice a second)."""
@@ -143,32 +138,26 @@ def buckets(meta: list) -> list[list[int]]:
     return out
 
 
-def from_json(d: dict) -> Group:
-    return Group(**{**d, "samples": [Sample(**s) for s in d["samples"]]})
-
-
 # --- the trainers' side ------------------------------------------------------------------------------------------
 class Remote:
     """What train.py asks of a Generator and of Rollouts, answered by the generator ranks: next_batch (this trainer
-    rank's share of the step's groups, in draw order), update_weights (a push), evaluate, pending. Every trainer
-    rank keeps the same sampler and bookkeeping; the leader alone talks to the generators."""
+    rank's share of a step's groups), update_weights (a push), evaluate, pending. Every trainer rank keeps the same
+    sampler and bookkeeping; the leader alone talks to the generators."""
 
-    def __init__(self, cfg, roles, bridge: Bridge, sampler, weights, interrupt):
-        self.cfg, self.bridge, self.sampler, self.weights, self.interrupt = cfg, bridge, sampler, weights, interrupt
+    def __init__(self, cfg, roles, bridge: Bridge, sampler, model, interrupt):
+        self.cfg, self.bridge, self.sampler, self.model, self.interrupt = cfg, bridge, sampler, model, interrupt
         self.layout = roles.layout()
         self.leader = self.layout.rank == 0
         self.generators, self.engines = roles.generators, roles.generators // cfg.tp
         self.peers = [roles.trainers + g for g in range(roles.generators)]
         self.depth = cfg.k if cfg.mode == "ppo" else pipeline_steps(cfg) if cfg.mode == "pipeline" else 1
-        self.version = self.pushed = 0
-        self.steps, self.base = 0, sampler.serial
+        self.version = self.pushed = self.steps = 0
+        self.base = sampler.serial
         self.dispatched: dict[int, int] = {}  # serial -> prompt index: drawn, not trained yet
         self.arrived: dict[int, Group] = {}  # (leader) finished and graded, not trained yet
         self.sent, self.read = [0] * self.engines, [0] * self.generators
-        self.meta: list = []
         self.tokens_decoded = [0, 0]  # [evaluation, training] tokens sampled by every generator
-        self.busy = [[0.0, 0.0] for _ in range(self.generators)]  # per generator: busy and wall seconds, cumulative
-        self.mark = [0.0, 0.0]
+        self.busy, self.mark = [[0.0, 0.0] for _ in range(self.generators)], [0.0, 0.0]  # busy, wall s, cumulative
         self.grading = [0.0, 0]  # grading seconds and ungraded completions, every generator, cumulative
         self.t_grade, self.ungraded, self.solved, self.asleep = 0.0, 0, "", False
         self.t_push, self.push_bytes, self.closed = 0.0, 0, False
@@ -176,16 +165,21 @@ class Remote:
             atexit.register(self._atexit)
 
     # --- set-up and the end ---
-    def start(self, model_path: str, version: int, meta: list, setup: dict):
-        """Give the generators the model, the version and the weights' layout; wait until every engine is up."""
+    def start(self, model_path: str, version: int, seqs: int, vllm_fraction: float) -> str | None:
+        """Give the generators the model, version, weights' names, shapes and dtype, sequences an engine holds and
+        its share of a GPU; wait for every engine. Returns why one could not start, or None."""
         self.version = self.pushed = version
-        self.meta = meta
-        if self.leader:
-            self.bridge.send("setup", {"model_path": model_path, "version": version, "meta": meta, **setup})
-            for g in range(self.generators):
-                self.bridge.wait(f"ready/{g}", self.peers)
+        self.meta = [(n, list(p.shape), self.cfg.dtype) for n, p in self.model.named_parameters()]
+        try:
+            if self.leader:
+                self.bridge.send("setup", {"model_path": model_path, "version": version, "meta": self.meta,
+                                           "seqs": seqs, "vllm_fraction": vllm_fraction})
+                for g in range(self.generators):
+                    self.bridge.wait(f"ready/{g}", self.peers)
+        except PeerError as e:
+            return str(e)
 
-    def set_version(self, version: int):
+    def set_version(self, version: int):  # (train.py, after a resume; the generators got it in start)
         self.version = self.pushed = version
 
     def close(self, status: int = 0):
@@ -198,7 +192,7 @@ class Remote:
         with contextlib.suppress(Exception):  # (the store may be gone too)
             self.close(self.interrupt.requested or 4)
 
-    def sleep(self):
+    def sleep(self):  # nothing to make room for: the generators have their own devices
         pass
 
     # --- weights ---
@@ -212,7 +206,7 @@ class Remote:
 
     def _push_if_stale(self):
         if self.pushed < self.version:
-            self._push(self.weights())
+            self._push(full_weights(self.model, getattr(torch, self.cfg.dtype)))
 
     def _push(self, named_tensors):
         """Every trainer gathers (FSDP2's collectives); the leader streams buckets as they fill. One failure is a
@@ -300,7 +294,7 @@ class Remote:
                 if m["kind"] == "eval":
                     evals.append(m["result"])
                 for d in m.get("groups", []):
-                    self.arrived[d["serial"]] = from_json(d)
+                    self.arrived[d["serial"]] = Group(**{**d, "samples": [Sample(**s) for s in d["samples"]]})
         return got
 
     def pending(self) -> list[tuple[int, int]]:
@@ -337,15 +331,14 @@ class Remote:
 
 
 # --- the generators' side: one loop, top to bottom ------------------------------------------------------------------
-def serve(cfg, roles, bridge: Bridge) -> int:
+def serve(cfg, roles, bridge: Bridge, interrupt) -> int:
     """A generator rank's whole life: its world, the engine, then messages and engine steps until the leader says
     stop. Returns the exit status. The first Ctrl-C is the leader's to act on (it finishes its step, checkpoints
     and says stop); a second one ends this rank at once."""
     from transformers import AutoTokenizer
     import rewards
     from generate import Generator
-    signal.signal(signal.SIGINT, _second_signal_ends)
-    signal.signal(signal.SIGTERM, _second_signal_ends)
+    interrupt.in_loop = True  # a first signal is noted and left to the leader; a second ends this rank at once
     layout, cuda = roles.layout(), torch.cuda.is_available()
     g, engine, leader = layout.rank, layout.engine, [0]
     os.environ.update(RANK=str(g), WORLD_SIZE=str(layout.world), LOCAL_WORLD_SIZE=str(layout.local_world),
@@ -357,9 +350,9 @@ def serve(cfg, roles, bridge: Bridge) -> int:
     try:
         setup = bridge.wait("setup", leader)
         tokenizer = AutoTokenizer.from_pretrained(setup["model_path"])
-        reward = rewards.REWARDS[cfg.reward]
+        reward, thinking = rewards.REWARDS[cfg.reward], rewards.prompt_opens_thinking(tokenizer)
         grade = reward.make(cfg, tokenizer)
-        extract = reward.extract and (lambda text: reward.extract(text, thinking=rewards.prompt_opens_thinking(tokenizer)))
+        extract = reward.extract and (lambda text: reward.extract(text, thinking=thinking))
         gen = Generator(cfg, setup["model_path"], tokenizer, layout.device(cuda), cfg.mode == "pipeline", layout,
                         setup["vllm_fraction"], setup["seqs"])
     except PeerError as e:
@@ -422,16 +415,15 @@ def serve(cfg, roles, bridge: Bridge) -> int:
             t0 = time.time()
             gen.step()
             busy += time.time() - t0
-            if gen.finished and layout.tp_rank == 0:  # an engine's other ranks decode the same groups
-                done, t0, before = gen.take(), time.time(), getattr(grade, "ungraded", 0)
+            done = gen.take()
+            if done and layout.tp_rank == 0:  # an engine's other ranks decode the same groups
+                t0, before = time.time(), getattr(grade, "ungraded", 0)
                 if hasattr(grade, "new_budget"):
                     grade.new_budget()
                 grade_groups(done, grade, cfg)
                 busy += time.time() - t0  # grading is the generator's work too
                 post("groups", time.time() - t0, getattr(grade, "ungraded", 0) - before,
                      groups=[dataclasses.asdict(x) for x in done])
-            elif gen.finished:
-                gen.take()
             bridge.check(leader)
     except PeerError as e:
         return _stop(bridge, g, str(e))
@@ -440,7 +432,7 @@ def serve(cfg, roles, bridge: Bridge) -> int:
                      post=True)
 
 
-def connect(cfg, roles) -> Bridge:
+def connect(cfg, roles, interrupt) -> Bridge:
     """The bridge, on every rank of a split run; a generator rank then serves until the leader says stop, and
     exits. Either fails in one line."""
     try:
@@ -450,7 +442,7 @@ def connect(cfg, roles) -> Bridge:
               file=sys.stderr, flush=True)
         sys.exit(4)
     if roles.generating:
-        sys.exit(serve(cfg, roles, bridge))
+        sys.exit(serve(cfg, roles, bridge, interrupt))
     return bridge
 
 
@@ -458,12 +450,3 @@ def _stop(bridge: Bridge, g: int, message: str, post: bool = False) -> int:
     print(f"error (generator rank {g}): {message}", file=sys.stderr, flush=True)
     return post and bridge.post_error(message) or 4
 
-
-_signals = [0]
-
-
-def _second_signal_ends(signum, frame):
-    _signals[0] += 1
-    if _signals[0] > 1:
-        print("error: interrupted", file=sys.stderr, flush=True)
-        os._exit(128 + signum)

@@ -66,12 +66,13 @@ if cfg.dry_run:
     sys.exit(0)
 
 import stream  # noqa: E402  generator ranks and trainer ranks: the line between them first, then a world each
-bridge = stream.connect(cfg, roles) if split else None  # a generator rank serves in there until told to stop
+bridge = stream.connect(cfg, roles, interrupt) if split else None  # a generator rank serves in there until told to stop
 from transformers import AutoConfig, AutoTokenizer  # noqa: E402
 
 import checkpoint  # noqa: E402
 import policy  # noqa: E402
-from metrics import Clock, Log, Timer, peak_rss_gib, release_free_memory, resident_gib, token_lags  # noqa: E402
+from metrics import (Clock, Log, Timer, peak_rss_gib, release_free_memory, resident_gib, token_lags,  # noqa: E402
+                     write_jsonl)
 from policy import all_reduce  # noqa: E402
 
 # -----------------------------------------------------------------------------------------------------------
@@ -220,12 +221,8 @@ print0(f"placement: {world} trainer rank(s) on {layout.nodes} node(s), {roles.ge
        f"rank; {layout.engines} vLLM engine(s) of {cfg.tp} rank(s), {engine_seqs} sequences in flight each")
 engine_error = None
 if split:  # the generator ranks build their engines from these weights; every trainer waits for them
-    gen = stream.Remote(cfg, roles, bridge, sampler, lambda: policy.full_weights(model, compute_dtype), interrupt)
-    try:
-        gen.start(resume_from or model_path, state["version"], [(n, list(p.shape), cfg.dtype) for n, p in
-                  model.named_parameters()], {"vllm_fraction": 0.9 * (device.type == "cuda"), "seqs": engine_seqs})
-    except stream.PeerError as e:
-        engine_error = str(e)
+    gen = stream.Remote(cfg, roles, bridge, sampler, model, interrupt)
+    engine_error = gen.start(resume_from or model_path, state["version"], engine_seqs, 0.9 * (device.type == "cuda"))
 else:
     try:
         gen = Generator(cfg, resume_from or model_path, tokenizer, str(device), in_flight, layout,
@@ -340,9 +337,7 @@ def dump_rollouts(groups, trained_version: int):
     gathered = [None] * world
     dist.all_gather_object(gathered, rows)
     if master:
-        os.makedirs(os.path.join(run_dir, "rollouts"), exist_ok=True)
-        with open(os.path.join(run_dir, "rollouts", f"step_{state['step']:06d}.jsonl"), "w") as f:
-            f.writelines(json.dumps(r) + "\n" for ranked in gathered for r in ranked)
+        write_jsonl(os.path.join(run_dir, "rollouts", f"step_{state['step']:06d}.jsonl"), sum(gathered, []))
 
 
 def save_checkpoint():

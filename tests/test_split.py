@@ -3,7 +3,6 @@ with the colocated run, the lag bound, resume, and ranks that die or hang.
 
     python -m pytest tests/test_split.py -q
 """
-import json
 import re
 import time
 
@@ -11,7 +10,7 @@ import pytest
 import torch
 
 import devices
-from conftest import OUT, run_train
+from conftest import run_train
 from test_resilience import SYNC, _completions, log_records, torchrun
 
 SPLIT = ["--generators", "1", "--peer_timeout_s", "8"]
