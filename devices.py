@@ -231,9 +231,10 @@ class MemoryPlan:
 
 
 def plan_memory(shape: ModelShape, budget: Budget, total: int, world: int, shard: int, tp: int,
-                vllm_fraction: float = 0.0, margin: int = 2 * GIB) -> MemoryPlan:
+                vllm_fraction: float = 0.0, margin: int = 2 * GIB, role: str = "both") -> MemoryPlan:
     """Split one GPU of `total` bytes. world: trainer ranks; shard: ranks FSDP2 shards over (the node's with
     HSDP); tp: GPUs per engine. vllm_fraction 0: derive vLLM's share (at most 0.9), else check the one given.
+    role: "both" (colocated), "trainer" (a trainer rank of a split run: no vLLM) or "generator" (vLLM alone).
 
     Trainer, per GPU (bytes):
       * states: fp32 weights, gradients and two AdamW moments, 16 per parameter, sharded over `shard` ranks;
@@ -261,25 +262,26 @@ def plan_memory(shape: ModelShape, budget: Budget, total: int, world: int, shard
                "activations": activations,
                "head chunks": 16 * min(budget.chunk_tokens, positions) * shape.vocab + 4 * positions * shape.hidden,
                "margin": margin}
-    trainer = {k: int(v) for k, v in trainer.items()}
+    trainer = {k: int(v) * (role != "generator") for k, v in trainer.items()}
     resident = trainer["states"] + trainer["margin"]
     vllm_weights = 2 * shape.params // tp
     overhead = 8 * max(256, budget.seqs_in_flight) * shape.vocab + GIB  # vLLM's max_num_seqs (engine_args)
     kv_per_token = 2 * shape.layers * shape.kv_heads * shape.head_dim * 2 // min(tp, shape.kv_heads)
     peak = sum(trainer.values())
     room = total - (resident if budget.sleeps else peak)
-    fraction = vllm_fraction or max(0.0, min(0.9, room / total))
+    fraction = 0.0 if role == "trainer" else vllm_fraction or max(0.0, min(0.9, room / total))
     plan = MemoryPlan(total, trainer, resident, fraction, vllm_weights, overhead, kv_per_token,
                       budget.seqs_in_flight, budget.longest)
     biggest = max(("activations", "head chunks", "states"), key=trainer.get)
     fix = {"activations": "--activation_checkpointing" if not budget.checkpointing else "--micro_batch_tokens",
-           "head chunks": "--logprob_chunk_tokens", "states": "more GPUs"}[biggest]
+           "head chunks": "--logprob_chunk_tokens",
+           "states": "fewer --generators" if role == "trainer" else "more GPUs"}[biggest]
     if peak > total or (vllm_fraction and peak + (0 if budget.sleeps else vllm_fraction * total) > total):
         plan.problem = (f"the trainer needs ~{peak / GIB:.1f} GiB at its peak (most of it {biggest}, "
                         f"{trainer[biggest] / GIB:.1f}) of the GPU's {total / GIB:.1f}"
                         + (f" beside vLLM's {vllm_fraction:.2f}" if vllm_fraction and not budget.sleeps else "")
                         + f": change {fix}")
-    elif plan.kv_tokens < budget.longest:
+    elif plan.kv_tokens < budget.longest and role != "trainer":
         plan.problem = (f"vLLM's {fraction:.2f} of the GPU ({fraction * total / GIB:.1f} GiB) holds its "
                         f"{vllm_weights / GIB:.1f} GiB of weights but not the KV cache of one "
                         f"{budget.longest:,}-token sequence ({budget.longest * kv_per_token / GIB:.2f} GiB): "
@@ -299,15 +301,22 @@ def paper_table() -> str:
     prompt tokens, PipelineRL depth 2, micro-batches of 16,384 positions, chunks of 1,024, checkpointing on)."""
     rows = ["| model | GPUs | mode | trainer peak GiB | vLLM share | KV GiB | KV tokens | longest seqs decoding "
             "at once / in flight per engine | fits |", "|---|---|---|---:|---:|---:|---:|---:|---|"]
-    for name, gpus, gib, mode in (("Qwen3-0.6B", 1, 80, "pipeline"), ("Qwen3-8B", 8, 80, "pipeline"),
-                                  ("Qwen3-8B", 8, 80, "sync"), ("Qwen3-8B", 8, 141, "pipeline"),
-                                  ("Qwen3-8B", 8, 141, "sync")):
+    for name, gpus, gib, mode, gen in (("Qwen3-0.6B", 1, 80, "pipeline", 0), ("Qwen3-8B", 8, 80, "pipeline", 0),
+                                       ("Qwen3-8B", 8, 80, "sync", 0), ("Qwen3-8B", 8, 141, "pipeline", 0),
+                                       ("Qwen3-8B", 8, 141, "sync", 0), ("Qwen3-8B", 8, 80, "pipeline", 6),
+                                       ("Qwen3-8B", 8, 80, "pipeline", 4)):
         depth = 2 if mode == "pipeline" else 1
-        budget = Budget(2048 + 12288 + 16 + 2048, 16384, 1024, True, depth * 768 // gpus, sleeps=mode == "sync")
-        plan = plan_memory(QWEN3[name], budget, gib * 10**9, gpus, gpus, 1)
-        rows.append(f"| {name} | {gpus} x {gib} GB | {mode} | {plan.trainer_peak / GIB:.1f} | {plan.vllm_fraction:.2f}"
-                    f" | {plan.kv_bytes / GIB:.1f} | {plan.kv_tokens:,} | {plan.decoding_at_once} / "
-                    f"{plan.seqs_in_flight} | {'yes' if not plan.problem else 'no: ' + plan.problem} |")
+
+        def plan(ranks, role):
+            budget = Budget(2048 + 12288 + 16 + 2048, 16384, 1024, True, depth * 768 // ranks, sleeps=mode == "sync")
+            return plan_memory(QWEN3[name], budget, gib * 10**9, ranks, ranks, 1, role=role)
+        trainer = plan(gpus - gen, "trainer") if gen else plan(gpus, "both")  # split: G generators + T trainers
+        vllm = plan(gen, "generator") if gen else trainer
+        problem = trainer.problem or vllm.problem
+        rows.append(f"| {name} | {gpus} x {gib} GB{f', {gen} + {gpus - gen} split' if gen else ''} | {mode} | "
+                    f"{trainer.trainer_peak / GIB:.1f} | {vllm.vllm_fraction:.2f} | {vllm.kv_bytes / GIB:.1f} | "
+                    f"{vllm.kv_tokens:,} | {vllm.decoding_at_once} / {vllm.seqs_in_flight} | "
+                    f"{'yes' if not problem else 'no: ' + problem} |")
     return "\n".join(rows)
 
 

@@ -59,10 +59,11 @@ def test_one_trainer_and_one_generator_learn_what_one_colocated_rank_learns(tmp_
     a, b = log_records(tmp_path, one), log_records(tmp_path, two)
     assert [r["prompts"] for r in a] == [r["prompts"] for r in b]
     for step in (1, 2):
-        assert _completions(one, step) == _completions(two, step), step
+        ca, cb = _completions(one, step), _completions(two, step)
+        assert ca == cb, (step, [(x, y) for x, y in zip(ca, cb) if x != y][:3])
     for ra, rb in zip(a, b):
-        assert abs(ra["loss"] - rb["loss"]) < 1e-6 and ra["reward_mean"] == rb["reward_mean"]
-        assert 0 < rb["gen_busy"] <= 1 and 0 < rb["train_busy"] <= 1
+        assert abs(ra["loss"] - rb["loss"]) < 1e-6 and ra["reward_mean"] == rb["reward_mean"], (ra, rb)
+        assert 0 < rb["gen_busy"] <= 1 and 0 < rb["train_busy"] <= 1, rb
     assert b[0]["push_bytes"] == 0 and b[1]["push_bytes"] >= 4 * 1e6  # step 1's weights pushed before step 2 (fp32)
     assert log_records(tmp_path, two, "config")[0]["world_size"] == 2
     ga, gb = torch.load(tmp_path / "one.pt"), torch.load(tmp_path / "two.pt")

