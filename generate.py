@@ -344,7 +344,8 @@ def engine_args(cfg, model_path: str, device_type: str, layout: Layout, max_len:
     args = dict(
         model=model_path, tokenizer=model_path, seed=cfg.seed, dtype=cfg.dtype, max_model_len=max_len,
         tensor_parallel_size=layout.tp,
-        distributed_executor_backend="external_launcher" if layout.world > 1 else None,
+        # (a lone generator rank of a split run is a world of one on cuda:LOCAL_RANK: external_launcher too)
+        distributed_executor_backend="external_launcher" if layout.world > 1 or cuda and layout.local_rank else None,
         enable_prefix_caching=prefix_caching(device_type, updates_in_flight),
         max_num_seqs=max_seqs,
         gpu_memory_utilization=cfg.vllm_memory or gpu_memory or 0.5,

@@ -8,9 +8,10 @@ Placements (each runs --steps optimizer steps, no evaluation, no checkpoint):
   split-ppo       torchrun, 1 trainer + 1 generator, PPO-off-policy-8 (the paper's Fig. 4a comparison)
   colocated-1     python train.py, PipelineRL-8, one process on both cores
   colocated-2     torchrun, 2 colocated ranks, PipelineRL-8, one core each
+  one-core        python train.py --mode sync on one core: the model's one-device seconds to generate (g) and to
+                  train (t) a step, from which it predicts the others (docs/design.md#choosing---generators)
 Samples/s is the steps' completions over the sum of their t_step (set-up excluded); busy shares and the push come
-from the split runs' train records. The model (docs/design.md) predicts each placement from colocated-2's
-one-core generate and train seconds per completion.
+from the split runs' train records. Rounds add to <out>/<task>.json, so a placement can be run again alone.
 """
 import argparse
 import importlib.util
@@ -34,6 +35,7 @@ PLACEMENTS = {
     "split-ppo": (TORCHRUN, ["--generators", "1", "--mode", "ppo", "--k", "8"]),
     "colocated-1": ([sys.executable], ["--mode", "pipeline", "--k", "8"]),
     "colocated-2": (TORCHRUN, ["--generators", "0", "--mode", "pipeline", "--k", "8"]),
+    "one-core": (["taskset", "-c", "0", "env", "OMP_NUM_THREADS=1", sys.executable], ["--mode", "sync"]),
 }
 
 
@@ -66,32 +68,34 @@ def main():
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--out", default="logs/overlap")
+    p.add_argument("--placements", default=",".join(PLACEMENTS))
     args = p.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    results = {k: [] for k in PLACEMENTS}
+    saved = os.path.join(args.out, f"{args.task}.json")
+    results = {k: [] for k in PLACEMENTS} | (json.load(open(saved)) if os.path.exists(saved) else {})
     for i in range(args.rounds):
-        for placement in PLACEMENTS:  # interleaved: A B C D, A B C D, ...
+        for placement in args.placements.split(","):  # interleaved: A B C D, A B C D, ...
             t0 = time.time()
-            results[placement].append(run(args.task, placement, args.steps, args.out, f"r{i}"))
+            tag = f"r{len(results[placement])}"
+            results[placement].append(run(args.task, placement, args.steps, args.out, tag))
             print(f"round {i} {placement}: {results[placement][-1]['samples_s']:.2f} samples/s "
                   f"({time.time() - t0:.0f} s with set-up)", flush=True)
-    with open(os.path.join(args.out, f"{args.task}.json"), "w") as f:
-        json.dump(results, f, indent=1)
-    # the model: one-core seconds per completion to generate (gamma) and to train (tau), from colocated-2, whose
-    # ranks each generate and train half the batch on one core (its t_generate is its wait, generation included)
-    c2 = results["colocated-2"]
-    half = c2[0]["batch"] / 2
-    gamma = statistics.median(r["t_generate"] for r in c2) / half
-    tau = statistics.median(r["t_train"] for r in c2) / half
+        with open(saved, "w") as f:  # after every round: a stopped study keeps what it measured
+            json.dump(results, f, indent=1)
+    # the model (docs/design.md): one device's seconds a step to generate (g) and to train (t) the batch
+    one, b = results["one-core"], results["one-core"][0]["batch"]
+    g, t = (statistics.median(r[key] for r in one) for key in ("t_generate", "t_train"))
     push = statistics.median(r["t_push"] for r in results["split-pipeline"])
-    predicted = {"split-pipeline": 1 / (max(gamma, tau) + push / (2 * half)),
-                 "split-ppo": 1 / (gamma + tau), "colocated-1": 2 / (gamma + tau), "colocated-2": 2 / (gamma + tau)}
-    print(f"\none core: {gamma * 1e3:.1f} ms to generate and {tau * 1e3:.1f} ms to train a completion "
-          f"(mean {c2[0]['tokens_mean']:.0f} tokens); push {push:.3f} s\n")
+    predicted = {"split-pipeline": b / (max(g, t) + push), "split-ppo": b / (g + t), "colocated-1": 2 * b / (g + t),
+                 "colocated-2": 2 * b / (g + t), "one-core": b / (g + t)}
+    print(f"\none core, a step of {b} completions (mean {one[0]['tokens_mean']:.0f} tokens): generate {g:.2f} s, "
+          f"train {t:.2f} s; push {push:.3f} s\n")
     print("| placement | samples/s, each round | median | model | generator busy | trainer busy | lag mean |")
     print("|---|---|---:|---:|---:|---:|---:|")
     for k, rs in results.items():
         med = lambda key: statistics.median(r[key] for r in rs)  # noqa: E731
+        if not rs:
+            continue
         busy = (f"{med('gen_busy'):.2f} | {med('train_busy'):.2f}" if k.startswith("split") else
                 f"— | {med('train_busy'):.2f}")
         print(f"| {k} | {', '.join(format(r['samples_s'], '.2f') for r in rs)} | {med('samples_s'):.2f} | "

@@ -131,7 +131,23 @@ def test_memory_plan_refuses_what_cannot_fit_naming_the_flag(change, flag):
 
 def test_paper_table_runs():
     table = devices.paper_table()
-    assert table.count("\n") == 6 and "Qwen3-8B | 8 x 141 GB" in table
+    assert table.count("\n") == 8 and "Qwen3-8B | 8 x 141 GB" in table
+    assert "4 + 4 split | pipeline | 51.7 | 0.90 | 50.4 | 366,740 | 22 / 384 | yes" in table  # 9 at once colocated
+    assert "6 + 2 split" in table and "change fewer --generators" in table  # two trainers cannot hold 8B's states
+
+
+def test_split_roles_plan_their_gpu_alone_and_a_lone_generator_engine_keeps_its_device():
+    shape = devices.QWEN3["Qwen3-8B"]
+    budget = devices.Budget(16400, 16384, 1024, True, 192, sleeps=False)
+    trainer = devices.plan_memory(shape, budget, 80 * 10**9, 4, 4, 1, role="trainer")
+    generator = devices.plan_memory(shape, budget, 80 * 10**9, 4, 4, 1, role="generator")
+    assert trainer.vllm_fraction == 0 and not trainer.problem and trainer.trainer["states"] == 16 * shape.params // 4
+    assert generator.trainer_peak == 0 and generator.vllm_fraction == 0.9 and not generator.problem
+    cfg = config.parse_args(["--model", "m"])
+    lone = devices.Layout(0, 1, 3, 1, 1)  # generator rank on cuda:3, a world of its own
+    assert generate.engine_args(cfg, "m", "cuda", lone, 100, True)["distributed_executor_backend"] == \
+        "external_launcher"
+    assert generate.engine_args(cfg, "m", "cpu", lone, 100, True)["distributed_executor_backend"] is None
 
 
 def _seeded_model(layers=4):
