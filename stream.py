@@ -14,13 +14,12 @@ Who talks to whom:
     a message per tensor. No collective of one group ever waits inside a collective of another.
   * The trainers have a world of their own (FSDP2 over them alone), the generators another (vLLM's).
 
-The lag bound of rollouts.py holds exactly. Groups are trained in the order drawn, exactly --batch completions a
-step; the leader admits prompt n (P prompts a step, counted from 0) at step s only if n < (s + d) P, and only once
-the generators hold the weights of step s; d = --pipeline_depth (<= k) for PipelineRL, k steps' worth every k steps
-for PPO-off-policy-k, 1 for sync. Prompt n is trained at step n // P, so its lag is at most d - 1 <= k - 1. What
-the leader decides depends on the step alone, never on timing, so every trainer rank draws the same prompts; which
-version sampled each token depends on timing (that is PipelineRL). Prompts drawn and not trained yet are saved by
-checkpoints and drawn first on --resume: what a crash left in flight is generated again, none is lost.
+The lag bound of rollouts.py holds exactly. Groups are trained in the order drawn, --batch completions a step; the
+leader admits prompt n (P a step, counted from 0) at step s only if n < (s + d) P, once the generators hold step
+s's weights: d = --pipeline_depth <= k (PipelineRL; k by default here), k steps' worth every k steps (PPO-off-
+policy-k), 1 (sync). Prompt n is trained at step n // P: its lag is at most d - 1 <= k - 1. The leader's choices
+depend on the step alone, so every trainer rank draws alike; which version sampled a token depends on timing (that
+is PipelineRL). Checkpoints save the prompts drawn and not trained; --resume draws them first: none is lost.
 """
 import atexit
 import contextlib
@@ -120,7 +119,7 @@ class Bridge:
             time.sleep(0.005)
         return message
 
-    def broadcast(self, flat: torch.Tensor):
+    def broadcast(self, flat: torch.Tensor):  # from the leader, bridge rank 0
         self.group.broadcast(flat, 0).wait()
 
 
@@ -157,7 +156,7 @@ class Remote:
         self.arrived: dict[int, Group] = {}  # (leader) finished and graded, not trained yet
         self.sent, self.read = [0] * self.engines, [0] * self.generators
         self.tokens_decoded = [0, 0]  # [evaluation, training] tokens sampled by every generator
-        self.busy, self.mark = [[0.0, 0.0] for _ in range(self.generators)], [0.0, 0.0]  # busy, wall s, cumulative
+        self.busy, self.mark = [[0.0] * 3 for _ in range(self.generators)], [0.0] * 3  # busy, idle, wall s
         self.grading = [0.0, 0]  # grading seconds and ungraded completions, every generator, cumulative
         self.t_grade, self.ungraded, self.solved, self.asleep = 0.0, 0, "", False
         self.t_push, self.push_bytes, self.closed = 0.0, 0, False
@@ -168,7 +167,7 @@ class Remote:
     def start(self, model_path: str, version: int, seqs: int, vllm_fraction: float) -> str | None:
         """Give the generators the model, version, weights' names, shapes and dtype, sequences an engine holds and
         its share of a GPU; wait for every engine. Returns why one could not start, or None."""
-        self.version = self.pushed = version
+        self.set_version(version)
         self.meta = [(n, list(p.shape), self.cfg.dtype) for n, p in self.model.named_parameters()]
         try:
             if self.leader:
@@ -189,11 +188,10 @@ class Remote:
         self.closed = True
 
     def _atexit(self):  # the leader leaves without close(): an error or a signal; the generators stop too
-        with contextlib.suppress(Exception):  # (the store may be gone too)
+        with contextlib.suppress(Exception):
             self.close(self.interrupt.requested or 4)
 
-    def sleep(self):  # nothing to make room for: the generators have their own devices
-        pass
+    sleep = staticmethod(lambda: None)  # nothing to make room for: the generators have their own devices
 
     # --- weights ---
     def update_weights(self, named_tensors, new_version: bool = True):
@@ -288,7 +286,6 @@ class Remote:
             while (m := self.bridge.receive(f"out/{g}/{self.read[g]}")) is not None:
                 self.read[g] += 1
                 got = True
-                self.busy[g] = m["busy"]
                 self.tokens_decoded = [sum(x) for x in zip(self.tokens_decoded, m.pop("tokens_new"))]
                 self.grading = [self.grading[0] + m["t_grade"], self.grading[1] + m["ungraded"]]
                 if m["kind"] == "eval":
@@ -301,11 +298,15 @@ class Remote:
         return sorted(self.dispatched.items())
 
     def stats(self) -> dict:
-        """For the step's record: the generators' busy share since the last call, the pushes' time and bytes."""
-        busy, wall = (sum(b[i] for b in self.busy) for i in (0, 1))
-        share = (busy - self.mark[0]) / max(wall - self.mark[1], 1e-9)
-        self.mark = [busy, wall]
-        return {"gen_busy": share, "t_push": self.t_push, "push_bytes": self.push_bytes}
+        """For the step's record, since the last call: the generators' shares of time decoding or grading (busy)
+        and with nothing to decode (idle; the rest: messages, pushes), the pushes' time and bytes."""
+        if self.leader:  # each generator posts its clock ten times a second
+            self.busy = [json.loads(self.bridge.store.get(f"clock/{g}")) for g in range(self.generators)]
+        now = [sum(b[i] for b in self.busy) for i in range(3)]
+        busy, idle, wall = (a - b for a, b in zip(now, self.mark))
+        self.mark = now
+        return {"gen_busy": busy / max(wall, 1e-9), "gen_idle": idle / max(wall, 1e-9), "t_push": self.t_push,
+                "push_bytes": self.push_bytes}
 
     # --- evaluation ---
     def evaluate(self, rows: list[dict], cfg, grade=None, extract=None, **_) -> dict:
@@ -365,17 +366,20 @@ def serve(cfg, roles, bridge: Bridge, interrupt) -> int:
     plan, meta = buckets(setup["meta"]), setup["meta"]
     bridge.send(f"ready/{g}", {})
     inbox = outbox = 0
-    busy, start, told = 0.0, time.time(), list(gen.tokens_decoded)
+    busy, idle, start, told, clocked = 0.0, 0.0, time.time(), list(gen.tokens_decoded), 0.0
 
     def post(kind: str, t_grade: float = 0.0, ungraded: int = 0, **body):
         nonlocal outbox, told
-        bridge.send(f"out/{g}/{outbox}", {"kind": kind, "busy": [busy, time.time() - start], "t_grade": t_grade,
+        bridge.send(f"out/{g}/{outbox}", {"kind": kind, "t_grade": t_grade,
                                            "ungraded": ungraded,
                                            "tokens_new": [a - b for a, b in zip(gen.tokens_decoded, told)], **body})
         outbox, told = outbox + 1, list(gen.tokens_decoded)
 
     try:
         while True:
+            if time.time() - clocked > 0.1:  # seconds decoding or grading, idle, and in all, for the step records
+                clocked = time.time()
+                bridge.send(f"clock/{g}", [busy, idle, clocked - start])
             message = bridge.receive(f"msg/{engine}/{inbox}")
             if message is not None:  # in the order sent: a push lands before the prompts admitted after it
                 inbox += 1
@@ -401,16 +405,17 @@ def serve(cfg, roles, bridge: Bridge, interrupt) -> int:
                     for serial, idx, prompt_ids, answer in message["groups"]:
                         gen.submit(str(serial), idx, prompt_ids, answer, cfg.group, serial)
                 elif message["kind"] == "evaluate":
-                    rows = [{"prompt_ids": p, "answer": a} for p, a in message["rows"]]
-                    t0 = time.time()
+                    rows, t0 = [{"prompt_ids": p, "answer": a} for p, a in message["rows"]], time.time()
                     result = evaluate(gen, rows, cfg, grade, first_index=message["first"], stride=message["stride"],
                                       share=(layout.tp_rank, layout.tp), extract=extract)
                     busy += time.time() - t0
                     post("eval", result=result)
                 continue
             if not gen.engine.has_unfinished_requests():
+                t0 = time.time()
                 bridge.check(leader)
                 time.sleep(0.001)
+                idle += time.time() - t0
                 continue
             t0 = time.time()
             gen.step()
@@ -433,8 +438,11 @@ def serve(cfg, roles, bridge: Bridge, interrupt) -> int:
 
 
 def connect(cfg, roles, interrupt) -> Bridge:
-    """The bridge, on every rank of a split run; a generator rank then serves until the leader says stop, and
-    exits. Either fails in one line."""
+    """The bridge, on every rank of a split run; a generator rank then serves until told to stop, and exits. Either
+    fails in one line. PipelineRL's depth is k by default here: a generator's device is its own, so the lag bound
+    alone limits what it holds (the paper's generators stream; its trainers wait when k steps ahead)."""
+    if "pipeline_depth" not in cfg.typed and cfg.mode == "pipeline":
+        object.__setattr__(cfg, "pipeline_depth", cfg.k)
     try:
         bridge = Bridge(roles, cfg.peer_timeout_s, torch.cuda.is_available())
     except Exception as e:

@@ -56,6 +56,7 @@ def run(task: str, placement: str, steps: int, out: str, tag: str) -> dict:
     completions = sum(r["completion_tokens_mean"] for r in train) / len(train)
     share = lambda key: sum(r.get(key, 0) * r["t_step"] for r in train) / seconds  # noqa: E731
     return {"samples_s": len(train) * train[0]["samples"] / seconds, "gen_busy": share("gen_busy"),
+            "gen_idle": share("gen_idle"),
             "train_busy": share("train_busy"), "t_push": statistics.mean(r.get("t_push", 0) for r in train),
             "t_generate": statistics.mean(r["t_generate"] for r in train), "lag_mean": statistics.mean(
                 r["lag_mean"] for r in train), "t_train": statistics.mean(r["t_train"] + r["t_optim"] for r in train),
@@ -90,13 +91,13 @@ def main():
                  "colocated-2": 2 * b / (g + t), "one-core": b / (g + t)}
     print(f"\none core, a step of {b} completions (mean {one[0]['tokens_mean']:.0f} tokens): generate {g:.2f} s, "
           f"train {t:.2f} s; push {push:.3f} s\n")
-    print("| placement | samples/s, each round | median | model | generator busy | trainer busy | lag mean |")
+    print("| placement | samples/s, each round | median | model | generator busy / idle | trainer busy | lag mean |")
     print("|---|---|---:|---:|---:|---:|---:|")
     for k, rs in results.items():
         med = lambda key: statistics.median(r[key] for r in rs)  # noqa: E731
         if not rs:
             continue
-        busy = (f"{med('gen_busy'):.2f} | {med('train_busy'):.2f}" if k.startswith("split") else
+        busy = (f"{med('gen_busy'):.2f} / {med('gen_idle'):.2f} | {med('train_busy'):.2f}" if k.startswith("split") else
                 f"— | {med('train_busy'):.2f}")
         print(f"| {k} | {', '.join(format(r['samples_s'], '.2f') for r in rs)} | {med('samples_s'):.2f} | "
               f"{predicted[k]:.2f} | {busy} | {med('lag_mean'):.2f} |")
