@@ -3,16 +3,9 @@ in one torchrun job; after each optimizer step the trainers' leader (rank 0) pus
 generator, which loads them between two engine steps while its requests keep decoding on their old KV cache.
 
     torchrun --nproc_per_node 2 train.py --generators 1        # 1 trainer + 1 generator (CPU: a core each)
-Who talks to whom:
-  * torchrun's store (its agent hosts it: it outlives any worker) carries JSON messages: a queue per engine from
-    the leader, msg/<engine>/<i> (generate these prompts, evaluate these, load a push, stop), one per generator
-    rank back, out/<g>/<j> (graded groups, evaluation sums). Every rank beats (beat/<rank>, from a thread with a
-    connection of its own): a peer silent for --peer_timeout_s is dead, and whoever waits on it stops with one
-    line, exit 4, as every rank does when one posts its failure (error).
-  * A gloo group (NCCL on GPUs) of the leader and the generators carries the weights: names, shapes and dtype
-    once, at set-up; per push a message in every engine's queue, then flat buffers of up to BUCKET_BYTES, not
-    a message per tensor. No collective of one group ever waits inside a collective of another.
-  * The trainers have a world of their own (FSDP2 over them alone), the generators another (vLLM's).
+
+The line between them (messages, heartbeats, the weight group) is bridge.py; the trainers have a world of their
+own (FSDP2 over them alone), the generators another (vLLM's).
 
 The lag bound of rollouts.py holds exactly. Groups are trained in the order drawn, --batch completions a step; the
 leader admits prompt n (P a step, counted from 0) at step s only if n < (s + d) P, once the generators hold step
@@ -28,114 +21,15 @@ import datetime
 import json
 import os
 import sys
-import threading
 import time
 
 import torch
 import torch.distributed as dist
 
+from bridge import Bridge, PeerError, buckets, leave
 from generate import Group, Sample
 from policy import full_weights
 from rollouts import TrainingSetSolved, evaluate, grade_groups, pipeline_steps
-
-BUCKET_BYTES = 256 << 20  # a push's flat buffers: few enough messages, bounded extra memory on both sides
-
-
-class PeerError(RuntimeError):
-    """Another rank died, stopped beating, or posted an error: this rank stops too (one line, exit 4)."""
-
-
-class Bridge:
-    """The store, heartbeats and the weight group. Built first on every rank, before either world: a rank busy
-    building a model would leave the others waiting."""
-
-    def __init__(self, roles, timeout_s: float, cuda: bool):
-        env, job = os.environ, roles.job
-        agent = env.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"  # else rank 0 hosts it
-        prefix = f"scalerl/{env.get('TORCHELASTIC_RESTART_COUNT', '0')}/"
-
-        def connect(host_it=False):
-            store = dist.TCPStore(env["MASTER_ADDR"], int(env["MASTER_PORT"]), is_master=host_it,
-                                  timeout=datetime.timedelta(seconds=max(60.0, timeout_s)), wait_for_workers=False)
-            return dist.PrefixStore(prefix, store)
-        self.store = connect(host_it=not agent and job.rank == 0)
-        self.rank, self.trainers, self.timeout_s = job.rank, roles.trainers, timeout_s
-        self.seen: dict[int, tuple[int, float]] = {}  # peer rank -> (its beat count, when it last changed)
-        self.checked = 0.0
-        threading.Thread(target=self._beat, args=(connect(),), daemon=True).start()
-        self.group = None  # the weight group: leader = 0, generator g = 1 + g; other trainers are not in it
-        if job.rank == 0 or roles.generating:
-            members = 1 + roles.generators
-            me = 0 if job.rank == 0 else 1 + job.rank - roles.trainers
-            store = dist.PrefixStore("weights/", self.store)
-            if cuda:  # unverified: no GPU was available to this project (docs/gpu.md)
-                self.group = dist.ProcessGroupNCCL(store, me, members, dist.ProcessGroupNCCL.Options())
-            else:
-                self.group = dist.ProcessGroupGloo(store, me, members, datetime.timedelta(seconds=timeout_s))
-
-    def _beat(self, store):
-        while True:
-            try:
-                store.add(f"beat/{self.rank}", 1)
-            except Exception:  # the store's host is gone; the main thread finds out when it next looks
-                return
-            time.sleep(0.5)
-
-    def post_error(self, message: str):
-        with contextlib.suppress(Exception):  # the first failure is the one every rank reports
-            self.store.compare_set("error", "", message)
-
-    def check(self, peers: list[int]):
-        """Raise PeerError if any rank posted an error or a peer's beat has stopped (looks twice a second)."""
-        now = time.time()
-        if now - self.checked < 0.5:
-            return
-        self.checked = now
-        try:
-            if self.store.check(["error"]) and (message := self.store.get("error").decode()):
-                raise PeerError(message)
-            for r in peers:
-                count = self.store.add(f"beat/{r}", 0)
-                last = self.seen.get(r)
-                if last is None or last[0] != count:
-                    self.seen[r] = (count, now)
-                elif now - last[1] > self.timeout_s:
-                    role = "the trainer leader" if r == 0 else f"generator rank {r}"
-                    raise PeerError(f"{role} stopped: no heartbeat for {self.timeout_s:.0f} s (it died or hangs)")
-        except (RuntimeError, OSError) as e:  # the store itself is gone (its host died)
-            if isinstance(e, PeerError):
-                raise
-            raise PeerError(f"lost the run's store ({type(e).__name__}): a rank or torchrun's agent died") from None
-
-    def send(self, key: str, message: dict):
-        self.store.set(key, json.dumps(message))
-
-    def receive(self, key: str) -> dict | None:
-        return json.loads(self.store.get(key)) if self.store.check([key]) else None
-
-    def wait(self, key: str, peers: list[int]) -> dict:
-        while (message := self.receive(key)) is None:
-            self.check(peers)
-            time.sleep(0.005)
-        return message
-
-    def broadcast(self, flat: torch.Tensor):  # from the leader, bridge rank 0
-        self.group.broadcast(flat, 0).wait()
-
-
-def buckets(meta: list) -> list[list[int]]:
-    """Consecutive tensors (indices into meta: name, shape, dtype) packed into flat buffers of one dtype, each up
-    to BUCKET_BYTES (one tensor may exceed it alone). The same on both sides, from the metadata alone."""
-    out, size = [], 0
-    for i, (_, shape, dtype) in enumerate(meta):
-        nbytes = torch.Size(shape).numel() * getattr(torch, dtype).itemsize
-        if not out or meta[out[-1][0]][2] != dtype or size + nbytes > BUCKET_BYTES:
-            out.append([])
-            size = 0
-        out[-1].append(i)
-        size += nbytes
-    return out
-
 
 # --- the trainers' side ------------------------------------------------------------------------------------------
 class Remote:
@@ -181,7 +75,12 @@ class Remote:
     def set_version(self, version: int):  # (train.py, after a resume; the generators got it in start)
         self.version = self.pushed = version
 
-    def close(self, status: int = 0):
+    def close(self):
+        """The run's end: the generators stop, and so does this process (bridge.leave)."""
+        self._tell_stop(0)
+        leave(self.bridge, 0)
+
+    def _tell_stop(self, status: int):
         if self.leader and not self.closed:
             for e in range(self.engines):
                 self._send(e, {"kind": "stop", "status": status})
@@ -189,7 +88,7 @@ class Remote:
 
     def _atexit(self):  # the leader leaves without close(): an error or a signal; the generators stop too
         with contextlib.suppress(Exception):
-            self.close(self.interrupt.requested or 4)
+            self._tell_stop(self.interrupt.requested or 4)
 
     sleep = staticmethod(lambda: None)  # nothing to make room for: the generators have their own devices
 
@@ -450,7 +349,7 @@ def connect(cfg, roles, interrupt) -> Bridge:
               file=sys.stderr, flush=True)
         sys.exit(4)
     if roles.generating:
-        sys.exit(serve(cfg, roles, bridge, interrupt))
+        leave(bridge, serve(cfg, roles, bridge, interrupt))
     return bridge
 
 

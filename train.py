@@ -457,4 +457,4 @@ print0(f"done: {state['step']} steps, {clock.hours:.4f} device-hours, log {log_p
 log.close()
 if hasattr(grade, "close"):
     grade.close()  # the math-verify workers
-gen.close()  # vLLM's shutdown also tears down the process group
+gen.close()  # vLLM's shutdown tears down the process group; split: the generators stop, and this process ends

@@ -13,8 +13,8 @@ as `python train.py` would. Used by conftest.run_train when a test passes SCALER
     SCALERL_FAULT_FORK_SCHEDULE=1  a fork's schedule, --mode hoard: it generates two steps' worth at once and holds
                                    the second in Schedule.held (nothing else tells a checkpoint about those prompts)
 
-    SCALERL_FAULT_KILL=gen:5       with --generators: the generator rank SIGKILLs itself at the 5th group it is given
-                                   (gen:N), or the trainer leader at its Nth optimizer step (leader:N)
+    SCALERL_FAULT_KILL=gen:5       with --generators: the generator SIGKILLs itself at the 5th training group it is
+                                   given (gen:N), or the trainer leader at its Nth optimizer step (leader:N)
     SCALERL_FAULT_NO_PUSH=2        with --generators: the leader announces its 2nd weight push and never sends it
 
 Steps are counted from 1 in this process (after a --resume, the first step it runs is 1).
@@ -162,7 +162,8 @@ def killing(function, role):
     """function, except that its kill_at-th call on a rank of this role SIGKILLs the process (no goodbye)."""
     def wrapped(*args, **kwargs):
         generator = os.environ.get("SCALERL_ROLE") == "generator"  # (a generator's RANK is its rank among them)
-        mine = generator if role == "gen" else not generator and os.environ.get("RANK") == "0"
+        training = len(args) > 6 and args[6] >= 0  # Generator.submit's serial: not an evaluation group
+        mine = generator and training if role == "gen" else not generator and os.environ.get("RANK") == "0"
         calls[role] = calls.get(role, 0) + mine
         if mine and calls[role] == int(kill_at):
             os.kill(os.getpid(), signal.SIGKILL)

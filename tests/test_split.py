@@ -73,8 +73,9 @@ def test_one_trainer_and_one_generator_learn_what_one_colocated_rank_learns(tmp_
 
 
 def test_pipeline_split_keeps_the_lag_bound_and_resumes_without_losing_a_group(tmp_path, toy_path, run_name):
-    """PipelineRL-2 at depth 2, split: lags within k - 1, evaluations from the generator. Stopped after step 2 with
-    a step's prompts still in flight and resumed: the same prompts, step by step, as the run never stopped."""
+    """PipelineRL-2 at depth 2, split: lags within k - 1, evaluations from the generator. The generator killed in
+    step 3 (a step's prompts in flight, the checkpoint of step 2 written), the run resumed: the same prompts, step
+    by step, as the run that never stopped; none lost, none trained twice."""
     common = ["--batch", "32", "--group", "8", "--k", "2", "--pipeline_depth", "2", "--eval_prompts", "16",
               "--eval_samples", "2", "--eval_every", "2", "--log_dir", str(tmp_path), *SPLIT]
     straight, stopped = run_name("straight"), run_name("stopped")
@@ -85,8 +86,10 @@ def test_pipeline_split_keeps_the_lag_bound_and_resumes_without_losing_a_group(t
     assert all(r["lag_max"] <= 1 and r["samples"] == 32 * r["step"] for r in train)
     assert max(r["lag_max"] for r in train[1:]) == 1  # the pipeline really overlaps: stale groups are trained
     assert [r["step"] for r in log_records(tmp_path, straight, "eval")] == [0, 2, 4]
-    proc = torchrun(*common, "--max_steps", "2", "--save_every", "2", "--run_name", stopped)
-    assert proc.returncode == 0, proc.stdout[-3000:]
+    proc = torchrun(*common, "--max_steps", "4", "--save_every", "2", "--run_name", stopped,
+                    env={"SCALERL_FAULT_KILL": "gen:13"})  # 8 groups at step 1, then 4 a step: step 3 starts
+    assert proc.returncode != 0 and "generator rank 1 stopped" in proc.stdout, proc.stdout[-3000:]
+    assert [r["step"] for r in log_records(tmp_path, stopped)] == [1, 2]
     proc = torchrun(*common, "--max_steps", "4", "--save_every", "2", "--run_name", stopped, "--resume")
     assert proc.returncode == 0 and "Traceback" not in proc.stdout, proc.stdout[-3000:]
     assert [r["prompts"] for r in log_records(tmp_path, stopped)] == [r["prompts"] for r in train]
