@@ -57,9 +57,8 @@ def layout_from_env(tp: int = 1, env=os.environ) -> Layout:
     if "RANK" not in env:
         layout = Layout(tp=tp)
     else:
-        for name in ("WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
-            if name not in env:
-                raise ValueError(f"RANK is set but {name} is not: start several processes with torchrun, or unset RANK")
+        if "WORLD_SIZE" not in env:
+            raise ValueError("RANK is set but WORLD_SIZE is not: start several processes with torchrun, or unset RANK")
         world = int(env["WORLD_SIZE"])
         layout = Layout(int(env["RANK"]), world, int(env.get("LOCAL_RANK", 0)),
                         int(env.get("LOCAL_WORLD_SIZE", world)), tp)
@@ -111,6 +110,9 @@ def roles_from_env(tp: int, generators: int, cuda: bool, env=os.environ) -> Role
     """Roles from torchrun's variables and --generators (-1: default_generators). Raises ValueError (one line)
     for a split that cannot run."""
     job = layout_from_env(1 if generators else tp, env)
+    for name in ("MASTER_ADDR", "MASTER_PORT") if "RANK" in env else ():  # what torchrun sets beside RANK
+        if name not in env:
+            raise ValueError(f"RANK is set but {name} is not: start several processes with torchrun, or unset RANK")
     if generators == -1:
         generators = default_generators(job.world, tp, cuda)
     if not generators:

@@ -34,7 +34,8 @@ def test_roles_split_ranks_and_refuse_what_cannot_run():
     for tp, g, e, words in ((1, 1, {}, "several processes"), (1, 2, env(0, 2), "no trainer"),
                             (2, 3, env(0, 4), "must divide --generators"),
                             (4, 8, env(0, 12, 6), "span two nodes"), (1, 5, env(0, 16, 8), "whole nodes"),
-                            (1, 1, {"RANK": "0"}, "WORLD_SIZE is not")):
+                            (1, 1, {"RANK": "0"}, "WORLD_SIZE is not"),
+                            (1, 0, {"RANK": "0", "WORLD_SIZE": "1"}, "MASTER_ADDR is not")):  # a stray variable
         with pytest.raises(ValueError, match=words):
             devices.roles_from_env(tp, g, cuda=True, env=e)
 
