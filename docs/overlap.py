@@ -10,7 +10,8 @@ Placements (each runs --steps optimizer steps, no evaluation, no checkpoint):
   colocated-2     torchrun, 2 colocated ranks, PipelineRL-8, one core each
   one-core        python train.py --mode sync on one core: the model's one-device seconds to generate (g) and to
                   train (t) a step, from which it predicts the others (docs/design.md#choosing---generators)
-Samples/s is the steps' completions over the sum of their t_step (set-up excluded); busy shares and the push come
+Samples/s is the completions of the second half of the steps (a full pipeline, a whole PPO-8 cycle at 16) over
+the sum of their t_step (set-up excluded); busy shares and the push come
 from the split runs' train records. Rounds add to <out>/<task>.json, so a placement can be run again alone.
 """
 import argparse
@@ -51,23 +52,25 @@ def run(task: str, placement: str, steps: int, out: str, tag: str) -> dict:
     proc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if proc.returncode != 0:
         sys.exit(f"error: {placement} failed:\n{proc.stdout[-2000:]}")
-    train = [r for r in map(json.loads, open(os.path.join(out, f"{name}.jsonl"))) if r["kind"] == "train"]
+    records = list(map(json.loads, open(os.path.join(out, f"{name}.jsonl"))))
+    batch = records[0]["batch"]  # the config record
+    train = [r for r in records if r["kind"] == "train"][steps // 2:]  # the second half: the pipeline is full
     seconds = sum(r["t_step"] for r in train)
     completions = sum(r["completion_tokens_mean"] for r in train) / len(train)
     share = lambda key: sum(r.get(key, 0) * r["t_step"] for r in train) / seconds  # noqa: E731
-    return {"samples_s": len(train) * train[0]["samples"] / seconds, "gen_busy": share("gen_busy"),
+    return {"samples_s": len(train) * batch / seconds, "gen_busy": share("gen_busy"),
             "gen_idle": share("gen_idle"),
             "train_busy": share("train_busy"), "t_push": statistics.mean(r.get("t_push", 0) for r in train),
             "t_generate": statistics.mean(r["t_generate"] for r in train), "lag_mean": statistics.mean(
                 r["lag_mean"] for r in train), "t_train": statistics.mean(r["t_train"] + r["t_optim"] for r in train),
-            "tokens_mean": completions, "batch": train[0]["samples"]}
+            "tokens_mean": completions, "batch": batch}
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--task", choices=TASKS, default="toy")
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--steps", type=int, default=8)
+    p.add_argument("--steps", type=int, default=16)
     p.add_argument("--out", default="logs/overlap")
     p.add_argument("--placements", default=",".join(PLACEMENTS))
     args = p.parse_args()
