@@ -306,8 +306,8 @@ def validate(cfg: Config) -> None:
     if cfg.batch < cfg.group or cfg.batch % cfg.group:
         bad(f"--batch {cfg.batch} must be a positive multiple of --group {cfg.group} "
             f"(e.g. {max(1, round(cfg.batch / cfg.group)) * cfg.group})")
-    if cfg.k < 1:
-        bad(f"--k must be >= 1 (1 is on-policy), got {cfg.k}")
+    if not 1 <= cfg.k <= 256:  # PPO-off-policy-k holds k x batch completions in flight (the paper: k = 8)
+        bad(f"--k must be in [1, 256] (1 is on-policy), got {cfg.k}")
     if cfg.generators < -1 or not 1 <= cfg.peer_timeout_s <= 3600:
         bad(f"--generators is a number of ranks, 0 or -1 (default split), and --peer_timeout_s is in [1, 3600] s")
     if cfg.mode == "sync" and cfg.k != 1:

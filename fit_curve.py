@@ -393,9 +393,8 @@ def build_parser():
                         "largest x, e.g. 0.5 (paper §5: fit on half the budget, extrapolate to the full one)")
     window.add_argument("--fit-to-cmid", type=float, metavar="F", help="set --max-compute to F times the C_mid of "
                         "each run's fit on all its points, e.g. 1.5: whether a fit on the rise predicts the plateau")
-    p.add_argument("--margin", type=float, default=0.02, help="runs whose A differ by more rank by A; within it "
-                   "both are refit at their average A and compared on B. Default 0.02 (paper A.5: 3 seeds' A within "
-                   "±0.015)")
+    p.add_argument("--margin", type=float, default=0.02, help="runs whose A differ by more rank by A; within it, "
+                   "refit at their mean A, by B. Default 0.02 (paper A.5: 3 seeds' A within ±0.015)")
     p.add_argument("--bootstrap", type=int, default=200, metavar="N",
                    help="bootstrap resamples for the A, B, C_mid confidence intervals; 0 disables; default 200")
     p.add_argument("--ci", type=float, default=0.95, help="confidence level, default 0.95")
@@ -425,6 +424,8 @@ def main(argv=None):
             parser.error("--plot needs matplotlib (pip install matplotlib)")
         if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
             parser.error(f"--plot {args.plot}: {folder} is not a writable folder")
+    if len({os.path.realpath(p) for p in args.files}) < len(args.files):  # else a "seed group" of one run, std 0
+        parser.error("a log is given twice: give each once")
     fits = []
     for path in args.files:
         try:

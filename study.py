@@ -426,7 +426,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--part", choices=list(dict.fromkeys([*PARTS, *map(family, PARTS)])), default="seeds",
                     help="which runs (default: seeds); axes runs every axes-* part (hours)")
-    ap.add_argument("--runs", default="", help="comma-separated run names from any part, run in this order "
+    ap.add_argument("--runs", default=None, help="comma-separated run names from any part, run in this order "
                     "(default: all of --part); the table is still that of --part")
     ap.add_argument("--fit_only", action="store_true", help="skip training; fit the logs that exist")
     ap.add_argument("--x", default="samples", choices=["gpu_hours", "samples"],
@@ -437,8 +437,8 @@ def main(argv=None):
                     help="runs at a time; 2 pins each run to its own core (on 2 cores: more runs per hour, and "
                          "every run sees the same 1-core machine, so their device-hours stay comparable)")
     args = ap.parse_args(argv)
-    names = [n for n in args.runs.split(",") if n] or list(PARTS.get(args.part) or runs_of(args.part))
-    if args.runs and not any(args.runs.split(",")):
+    names = [n for n in (args.runs or "").split(",") if n] or list(PARTS.get(args.part) or runs_of(args.part))
+    if args.runs is not None and not any(args.runs.split(",")):
         ap.exit(2, f"error: --runs {args.runs!r} names no run\n")
     unknown = [n for n in names if not any(n in part for part in PARTS.values())]
     if unknown:

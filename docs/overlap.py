@@ -86,6 +86,8 @@ def main():
                   f"({time.time() - t0:.0f} s with set-up)", flush=True)
         with open(saved, "w") as f:  # after every round: a stopped study keeps what it measured
             json.dump(results, f, indent=1)
+    if not (results["one-core"] and results["split-pipeline"]):
+        return  # the model needs both
     # the model (docs/design.md): one device's seconds a step to generate (g) and to train (t) the batch
     one, b = results["one-core"], results["one-core"][0]["batch"]
     g, t = (statistics.median(r[key] for r in one) for key in ("t_generate", "t_train"))

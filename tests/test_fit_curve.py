@@ -166,6 +166,9 @@ def test_cli_malformed_logs_never_traceback(tmp_path):
     proc = run_cli(few, empty, missing)
     assert proc.returncode == 1 and "no file could be fitted" in proc.stderr
     assert run_cli(good, "--fit-fraction", "2").returncode == 2
+    twice = run_cli(good, str(good), "--bootstrap", "0")  # not a seed group of one run with std 0
+    assert twice.returncode == 2
+    assert twice.stderr.strip().splitlines()[-1].endswith("a log is given twice: give each once")
     assert run_cli(good, "--fit-fraction", "0.5", "--max-compute", "10").returncode == 2
 
 

@@ -319,9 +319,10 @@ def test_a_setting_judged_on_one_run_is_as_uncertain_as_that_runs_own_fit(tmp_pa
 
 
 def test_runs_naming_no_run_is_one_line_and_exit_2():
-    proc = subprocess.run([sys.executable, "study.py", "--runs", ","], cwd=REPO, capture_output=True, text=True,
-                          timeout=60)
-    assert proc.returncode == 2 and proc.stderr == "error: --runs ',' names no run\n"
+    for runs in (",", ""):  # an empty list must not mean the whole part
+        proc = subprocess.run([sys.executable, "study.py", "--runs", runs], cwd=REPO, capture_output=True, text=True,
+                              timeout=60)
+        assert proc.returncode == 2 and proc.stderr == f"error: --runs {runs!r} names no run\n"
 
 
 def test_sigterm_stops_the_running_train_py_too(tmp_path):

@@ -36,6 +36,9 @@ def test_dry_run_prints_the_resolved_config():
     (["--lr", "fast"], "--lr"),
     (["--lr=-1e-5"], "--lr"),
     (["--k", "0"], "--k"),
+    (["--mode", "ppo", "--k", "10000000"], "--k must be in [1, 256]"),  # vLLM refused it, cut off, after start-up
+    (["--generators", "1"], "--generators 1 needs several processes"),
+    (["--generators", "-2"], "--generators"),
     (["--mode", "async"], "pipeline, ppo, sync"),
     (["--loss_agg", "mean"], "prompt, sample, token"),
     (["--out_dir", "config.py"], "--out_dir"),  # a file, not a folder
