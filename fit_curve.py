@@ -399,8 +399,7 @@ def build_parser():
                    help="bootstrap resamples for the A, B, C_mid confidence intervals; 0 disables; default 200")
     p.add_argument("--ci", type=float, default=0.95, help="confidence level, default 0.95")
     p.add_argument("--seed", type=int, default=0, help="bootstrap RNG seed, default 0")
-    p.add_argument("--json", action="store_true", help="print one JSON object per fitted run per line on stdout "
-                   "instead of tables (messages still go to stderr)")
+    p.add_argument("--json", action="store_true", help="one JSON object per fitted run per line, not tables")
     p.add_argument("--plot", metavar="FILE.png", help="also save a log-x plot of all fitted runs (x = 0 points are "
                    "left off: a log axis cannot show them)")
     return p
