@@ -29,7 +29,7 @@ import torch.distributed as dist
 from bridge import Bridge, PeerError, buckets, leave
 from generate import Group, Sample
 from policy import full_weights
-from rollouts import TrainingSetSolved, evaluate, grade_groups, pipeline_steps
+from rollouts import TrainingSetSolved, evaluate, grade_groups, pipeline_steps, ungraded
 
 # --- the trainers' side ------------------------------------------------------------------------------------------
 class Remote:
@@ -149,10 +149,7 @@ class Remote:
         batch = sorted(self.dispatched)[:P]  # the oldest draws, exactly a step's worth
         groups = None
         if self.leader:
-            while any(serial not in self.arrived for serial in batch):
-                if not self._poll():
-                    self.bridge.check(self.peers)
-                    time.sleep(0.002)
+            self._until(lambda: all(serial in self.arrived for serial in batch))
             groups = [self.arrived.pop(serial) for serial in batch]
         if self.layout.world > 1:
             box = [groups, self.grading, self.tokens_decoded]
@@ -177,6 +174,13 @@ class Remote:
     def _send(self, engine: int, message: dict):
         self.bridge.send(f"msg/{engine}/{self.sent[engine]}", message)
         self.sent[engine] += 1
+
+    def _until(self, done, evals: list | None = None):
+        """Read the generators' messages until done(), checking on them whenever none came."""
+        while not done():
+            if not self._poll(evals):
+                self.bridge.check(self.peers)
+                time.sleep(0.002)
 
     def _poll(self, evals: list | None = None) -> bool:
         """Read every generator's new messages; True if there were any."""
@@ -220,10 +224,7 @@ class Remote:
             self._send(e, {"kind": "evaluate", "first": e, "stride": self.engines,
                            "rows": [(r["prompt_ids"], r["answer"]) for r in rows[e::self.engines]]})
         results = []
-        while len(results) < self.generators:
-            if not self._poll(results):
-                self.bridge.check(self.peers)
-                time.sleep(0.002)
+        self._until(lambda: len(results) >= self.generators, results)
         for r in results:
             for k in total:
                 total[k] += r.get(k, 0.0)
@@ -321,12 +322,12 @@ def serve(cfg, roles, bridge: Bridge, interrupt) -> int:
             busy += time.time() - t0
             done = gen.take()
             if done and layout.tp_rank == 0:  # an engine's other ranks decode the same groups
-                t0, before = time.time(), getattr(grade, "ungraded", 0)
+                t0, before = time.time(), ungraded(grade)
                 if hasattr(grade, "new_budget"):
                     grade.new_budget()
                 grade_groups(done, grade, cfg)
                 busy += time.time() - t0  # grading is the generator's work too
-                post("groups", time.time() - t0, getattr(grade, "ungraded", 0) - before,
+                post("groups", time.time() - t0, ungraded(grade) - before,
                      groups=[dataclasses.asdict(x) for x in done])
             bridge.check(leader)
     except PeerError as e:
