@@ -1,8 +1,9 @@
 """The toy: a generated verifiable task, its tokenizer, and a tiny warm-started model, so that `python train.py`
 runs the whole loop on a laptop CPU with no download.
 
-    python toy.py                  # build the toy model (or find it cached) and print its folder
+    python toy.py                  # the toy model's folder (the shipped warm start, verified)
     python toy.py --accuracy       # ... and its accuracy by number of terms, with no thinking budget
+    python toy.py --build          # rebuild it from the teacher: is this machine's build the shipped one?
 
 The task (paper §2 in miniature): a sum of 3 to 9 single-digit terms answered after a <think> scratchpad of
 running sums, under a thinking budget that fits sums of up to 6 terms (which sets the ceiling A), e.g.
@@ -151,15 +152,19 @@ def toy_model_path(out_dir: str, name: str = "toy") -> str:
 # has them, which round differently from AVX2 ones; over hundreds of warm-start steps that grows into another warm
 # start, and RL from the two differs (docs/study-v1.md). So the warm start is built in a child process whose kernels are
 # held to AVX2, which every x86-64 CPU of the last decade has; the thread count changes nothing (measured: 1 and
-# 2 threads, the same weights). MKL_CBWR asks MKL for the same results on Intel and AMD CPUs. Only the warm start
-# is held: training and generation use the machine's fastest kernels.
+# 2 threads, the same weights). MKL_CBWR asks MKL for the same results on Intel and AMD CPUs; even so an Intel Xeon
+# and an AMD EPYC built different weights, hence the shipped one below. Only the warm start is held: training and
+# generation use the machine's fastest kernels.
 REFERENCE_ISA_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2",
                      "MKL_CBWR": "AVX2"}
-# sha256 of model.safetensors as the reference build writes it (torch 2.13.0+cpu, transformers 5.19.0, on a 2-core
-# Intel Xeon with AVX512-BF16, kernels held to AVX2; what `sha256sum` prints and train.py logs as model_sha256).
-# Another CPU or another torch may build another warm start: it trains, but its runs are not the README's. toy-s
-# and toy-l have no reference build of this task yet.
-REFERENCE_SHA256 = {"toy": "1f3a91a9157a8f3dc3f5818b44d2ff08ece686da85faa9b208fd997ad6f0eb38"}
+# The reference warm start ships with the code (warm_start/, 4.3 MB), so every machine trains from the same weights
+# and the first run builds nothing. Its sha256 is checked on every load: a damaged or edited file is refused, never
+# trained from. It is the build of the 2-core AMD EPYC (Zen 4) this project measures on (torch 2.13.0+cpu,
+# transformers 5.19.0, kernels held to AVX2); a 2-core Intel Xeon with AVX512-BF16 built 1f3a91a9... under the same
+# hold, the start of docs/study.md's version-2 tables. `python toy.py --build` rebuilds it from the teacher and says
+# whether this machine's build equals the shipped one. toy-s and toy-l are built on first use (no reference).
+SHIPPED_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "warm_start")
+REFERENCE_SHA256 = {"toy": "60fecc56117010384cea0681ea51cee57b3eac690744579851a3fda697b1713c"}
 
 
 def reference_isa_env() -> dict:
@@ -168,9 +173,29 @@ def reference_isa_env() -> dict:
     return dict(os.environ, **REFERENCE_ISA_ENV) if x86 else dict(os.environ)
 
 
-def build_toy_model(out_dir: str, name: str = "toy", log=print) -> str:
-    """Build, warm-start and save the toy model once, in a child process held to AVX2 kernels (above); later calls
-    return the cached folder. Either way, says so when the weights are not the reference build's."""
+def shipped_model(name: str = "toy") -> str | None:
+    """The shipped warm start of this toy's current spec, verified by its sha256; None when none ships (another
+    toy, or a spec changed since the weights were built). ValueError, one line, when the file fails its check."""
+    path = toy_model_path(SHIPPED_DIR, name)
+    if name not in REFERENCE_SHA256 or not os.path.exists(os.path.join(path, "config.json")):
+        return None
+    from checkpoint import file_sha256
+    try:
+        got = file_sha256(os.path.join(path, "model.safetensors"))
+    except OSError as e:
+        got = f"unreadable ({e.strerror})"
+    if got != REFERENCE_SHA256[name]:
+        raise ValueError(f"the shipped warm start {path}/model.safetensors fails its sha256 check ({got[:16]}... "
+                         f"against {REFERENCE_SHA256[name][:16]}...): restore it with `git checkout -- warm_start` "
+                         f"(a Git LFS pointer or an edited file is not the model)")
+    return path
+
+
+def build_toy_model(out_dir: str, name: str = "toy", log=print, shipped: bool = True) -> str:
+    """The toy's warm start: the shipped one (verified) if this spec ships one, else built once into out_dir in a
+    child process held to AVX2 kernels (above) and cached there; says when the weights are not the reference."""
+    if shipped and (path := shipped_model(name)):
+        return path
     path = toy_model_path(out_dir, name)
     if not os.path.exists(os.path.join(path, "config.json")):
         done = subprocess.run([sys.executable, os.path.abspath(__file__), "--build_here", "--model", name,
@@ -181,8 +206,8 @@ def build_toy_model(out_dir: str, name: str = "toy", log=print) -> str:
     reference, built = REFERENCE_SHA256.get(name), file_sha256(os.path.join(path, "model.safetensors"))
     if reference and built != reference:
         log(f"note: the toy warm start in {path} (sha256 {built[:8]}...) is not the reference build "
-            f"({reference[:8]}...): another CPU architecture, torch, or a build from before the kernels were held "
-            f"to AVX2. It trains, but from another start than the README's runs; delete the folder to rebuild it")
+            f"({reference[:8]}...): another CPU architecture or torch. It trains, but from another start than the "
+            f"README's runs")
     return path
 
 
@@ -266,17 +291,30 @@ def warm_start_accuracy(path: str, num_prompts: int = 70, samples: int = 4) -> d
 
 if __name__ == "__main__":
     import argparse
-    ap = argparse.ArgumentParser(description="Build the toy model (or find it cached) and print its folder.")
+    ap = argparse.ArgumentParser(description="Print the toy model's folder: the shipped warm start, verified, or "
+                                 "one built and cached.")
     ap.add_argument("--model", default="toy", choices=list(MODELS), help="which toy (default: toy)")
     ap.add_argument("--out_dir", default="out", help="where models are cached (default: out)")
     ap.add_argument("--accuracy", action="store_true", help="also print its accuracy by number of terms, no budget")
+    ap.add_argument("--build", action="store_true", help="rebuild the warm start from the teacher into --out_dir "
+                    "(held to AVX2, minutes) and say whether it equals the shipped one")
     ap.add_argument("--build_here", action="store_true", help="build in this process with its own kernels "
                     "(what build_toy_model runs in a child held to AVX2)")
     args = ap.parse_args()
     if args.build_here:
         build_here(args.out_dir, args.model, log=lambda line: print(line, flush=True))  # a parent may log to a file
         sys.exit(0)
-    path = build_toy_model(args.out_dir, args.model)
+    try:
+        if args.build:
+            shutil.rmtree(toy_model_path(args.out_dir, args.model), ignore_errors=True)
+        path = build_toy_model(args.out_dir, args.model, shipped=not args.build, log=lambda line: None)
+    except (ValueError, RuntimeError) as e:
+        sys.exit(f"error: {e}")
     print(path)
+    if args.build:
+        from checkpoint import file_sha256
+        built, ref = file_sha256(os.path.join(path, "model.safetensors")), REFERENCE_SHA256.get(args.model)
+        print(f"sha256 {built}: " + ("no reference build of this toy" if not ref else
+              "equals the shipped warm start" if built == ref else f"not the shipped warm start ({ref[:16]}...)"))
     if args.accuracy:
         print(" ".join(f"{n} terms {acc:.3f}" for n, acc in warm_start_accuracy(path).items()))

@@ -87,3 +87,23 @@ def run_train(*args, timeout=600, env=None, cwd=ROOT):
     return subprocess.run([sys.executable, *train_cmd(*args, env=env)], cwd=cwd, timeout=timeout,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           env={**os.environ, **(env or {})})
+
+
+# The suite's budget (issue 59: 30 minutes on a quiet 2-core machine) holds only if no test grows unnoticed: a test
+# whose set-up, call and teardown together take longer than TEST_BOUND_S fails, naming its time. Set-up includes a
+# session fixture's first build (an engine: ~5 s), so the bound is on the slowest real test, the torchrun runs, with
+# room for a loaded machine; SCALERL_TEST_BOUND_S raises it for a slow one (0 turns it off).
+TEST_BOUND_S = float(os.environ.get("SCALERL_TEST_BOUND_S", 150))
+_spent = {}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    _spent[item.nodeid] = _spent.get(item.nodeid, 0.0) + report.duration
+    if report.when == "teardown" and TEST_BOUND_S and _spent[item.nodeid] > TEST_BOUND_S and report.passed:
+        report.outcome = "failed"
+        report.longrepr = (f"{item.nodeid} took {_spent[item.nodeid]:.0f} s, over the per-test bound of "
+                           f"{TEST_BOUND_S:.0f} s (tests/conftest.py TEST_BOUND_S): share its engines or runs with "
+                           f"other tests through fixtures, or make it smaller")

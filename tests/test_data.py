@@ -74,20 +74,50 @@ def test_the_warm_start_is_built_with_kernels_held_to_avx2():
     assert held.stdout.strip() == "AVX2", held.stderr[-2000:]
 
 
+def test_the_shipped_warm_start_is_verified_by_its_sha256(tmp_path, monkeypatch, toy_path):
+    """Every run of the toy starts from the weights in warm_start/, whose sha256 is toy.REFERENCE_SHA256; a damaged
+    or edited copy (one byte more, a Git LFS pointer) is refused in one line, never trained from."""
+    import shutil
+    assert toy_path == toy.shipped_model() == toy.toy_model_path(toy.SHIPPED_DIR)
+    assert checkpoint.file_sha256(os.path.join(toy_path, "model.safetensors")) == toy.REFERENCE_SHA256["toy"]
+    assert toy.build_toy_model(str(tmp_path)) == toy_path and not os.listdir(tmp_path)  # nothing built
+    damaged = tmp_path / "shipped"
+    shutil.copytree(toy_path, damaged / os.path.basename(toy_path))
+    with open(damaged / os.path.basename(toy_path) / "model.safetensors", "ab") as f:
+        f.write(b" ")
+    monkeypatch.setattr(toy, "SHIPPED_DIR", str(damaged))
+    with pytest.raises(ValueError, match="fails its sha256 check.*git checkout -- warm_start"):
+        toy.build_toy_model(str(tmp_path))
+    monkeypatch.setattr(toy, "SHIPPED_DIR", str(tmp_path / "none"))  # a spec that ships no weights: built instead
+    assert toy.shipped_model() is None
+
+
+def test_the_warm_start_still_builds_from_the_teacher(tmp_path):
+    """`python toy.py --build`'s path, shortened to 5 supervised steps (another spec, so another folder): a child
+    held to AVX2 writes a complete model folder that transformers loads, and says it is not the reference."""
+    code = ("import sys, toy; toy.TOY_SFT_STEPS = 5; notes = []; "
+            "path = toy.build_here(sys.argv[1], log=notes.append); print(path); print(notes[-1])")
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], env=toy.reference_isa_env(),
+                          cwd=os.path.dirname(toy.SHIPPED_DIR), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    path, saved = done.stdout.split("\n")[:2]
+    assert path.startswith(str(tmp_path)) and "toy model saved" in saved
+    from transformers import AutoModelForCausalLM
+    assert AutoModelForCausalLM.from_pretrained(path).num_parameters() > 10**6
+
+
 def test_a_warm_start_that_is_not_the_reference_build_is_named(tmp_path, toy_path):
-    """A cached warm start with other weights (another CPU, another torch, or an old unheld build) is used, and the
-    log says it is not the reference build; the reference build is used without a word."""
+    """A cached warm start with other weights (another CPU, another torch) is used when none ships for the spec, and
+    the log says it is not the reference build; the reference build is used without a word."""
     import shutil
     path = toy.toy_model_path(str(tmp_path))
     shutil.copytree(toy_path, path)
     notes = []
-    assert toy.build_toy_model(str(tmp_path), log=notes.append) == path
-    reference = checkpoint.file_sha256(os.path.join(path, "model.safetensors")) == toy.REFERENCE_SHA256["toy"]
-    assert len(notes) == (0 if reference else 1)
+    assert toy.build_toy_model(str(tmp_path), log=notes.append, shipped=False) == path
+    assert notes == []
     with open(os.path.join(path, "model.safetensors"), "ab") as f:
         f.write(b" ")  # other bytes, other weights as far as a hash can tell
-    notes.clear()
-    toy.build_toy_model(str(tmp_path), log=notes.append)
+    toy.build_toy_model(str(tmp_path), log=notes.append, shipped=False)
     assert len(notes) == 1 and "not the reference build" in notes[0], notes
 
 
