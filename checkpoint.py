@@ -51,8 +51,10 @@ def write_token(path: str) -> str:
 
 
 def all_checkpoints(run_dir: str) -> list[str]:
-    """Complete (renamed) checkpoint folders, oldest first."""
-    return sorted(glob.glob(os.path.join(run_dir, "ckpt-[0-9]*[0-9]")))
+    """Complete (renamed) checkpoint folders, oldest first. Only real folders: a link or a file named like one (a
+    symlink loop) is neither resumed nor rotated nor counted as the newest."""
+    return sorted(p for p in glob.glob(os.path.join(run_dir, "ckpt-[0-9]*[0-9]"))
+                  if os.path.isdir(p) and not os.path.islink(p))
 
 
 def file_sha256(path: str) -> str:
@@ -61,9 +63,10 @@ def file_sha256(path: str) -> str:
 
 
 def save(run_dir: str, state: dict, model, optimizer, sampler_state: dict, tokenizer, run_name: str, keep: int,
-         log=print):
+         log=print, run_config: dict | None = None):
     """Collective: every rank calls it. Rank 0 writes. Nothing in it depends on the number of ranks, so a run
-    may resume on a different number of devices."""
+    may resume on a different number of devices. run_config (the flags) is saved with it: a resume checks its
+    training settings against the checkpoint, whatever happened to the log."""
     rank, world = dist.get_rank(), dist.get_world_size()
     full = StateDictOptions(full_state_dict=True, cpu_offload=True)
     model_sd = get_model_state_dict(model, options=full)
@@ -76,12 +79,17 @@ def save(run_dir: str, state: dict, model, optimizer, sampler_state: dict, token
     status = [None]
     if rank == 0:
         try:
-            _write(run_dir, state, model, model_sd, optim_sd, rngs, world, sampler_state, tokenizer, run_name, keep,
-                   log)
+            _write(run_dir, state, model, model_sd, optim_sd, rngs, world, sampler_state, tokenizer,
+                   {"run_name": run_name, "config": run_config}, keep, log)
         except Exception as e:  # a full disk, a quota, a vanished mount (torch and safetensors raise their own
             #                     types for a failed write): the previous checkpoints stay as they were
-            shutil.rmtree(model_dir(run_dir, state["step"]) + ".tmp", ignore_errors=True)
             why = getattr(e, "strerror", None) or (str(e).splitlines() or [""])[0][:200]
+            try:  # torch says "unexpected pos" or "file write failed" where the OS said "no space left"
+                free = shutil.disk_usage(run_dir).free
+                why = f"no space left on the device: {free >> 20} MiB free; {why}" if free < 256 << 20 else why
+            except OSError:
+                pass
+            shutil.rmtree(model_dir(run_dir, state["step"]) + ".tmp", ignore_errors=True)
             status = [f"the checkpoint of step {state['step']} could not be written ({type(e).__name__}: {why}); its "
                       f"temporary folder is removed and the previous checkpoints in {run_dir} are intact"]
     dist.broadcast_object_list(status)
@@ -89,7 +97,7 @@ def save(run_dir: str, state: dict, model, optimizer, sampler_state: dict, token
         raise RuntimeError(status[0])
 
 
-def _write(run_dir, state, model, model_sd, optim_sd, rngs, world, sampler_state, tokenizer, run_name, keep, log):
+def _write(run_dir, state, model, model_sd, optim_sd, rngs, world, sampler_state, tokenizer, run, keep, log):
     """Rank 0's part of save: a temporary folder, synced, hashed, renamed into place; then rotation."""
     final = model_dir(run_dir, state["step"])
     tmp = final + ".tmp"
@@ -100,7 +108,7 @@ def _write(run_dir, state, model, model_sd, optim_sd, rngs, world, sampler_state
     torch.save(optim_sd, os.path.join(tmp, "optimizer.pt"))
     torch.save(rngs, os.path.join(tmp, "rng.pt"))
     with open(os.path.join(tmp, "state.json"), "w") as f:
-        json.dump({"counters": state, "world_size": world, "sampler": sampler_state, "run_name": run_name}, f)
+        json.dump({"counters": state, "world_size": world, "sampler": sampler_state, **run}, f)
     files = sorted(os.path.relpath(os.path.join(d, n), tmp) for d, _, names in os.walk(tmp) for n in names)
     for name in files:  # on disk before the manifest vouches for them
         with open(os.path.join(tmp, name), "rb") as fh:
@@ -186,6 +194,8 @@ def find_latest(run_dir: str, log=print) -> str | None:
     """The newest checkpoint that verifies (rank 0 decides, every rank gets the answer)."""
     choice = [None]
     if dist.get_rank() == 0:
+        for odd in sorted(set(glob.glob(os.path.join(run_dir, "ckpt-[0-9]*[0-9]"))) - set(all_checkpoints(run_dir))):
+            log(f"warning: skipping {odd}: not a checkpoint folder (a link or a file), never resumed nor rotated")
         for path in reversed(all_checkpoints(run_dir)):
             why = verify(path, log)
             if why is None:
@@ -257,27 +267,44 @@ SAFE_ON_RESUME = {"resume", "dry_run", "max_steps", "save_every", "keep_checkpoi
                   "activation_checkpointing", "tp", "generators", "peer_timeout_s", "vllm_memory", "vllm_kv_cache_gib"}
 
 
-def resume_changes(log_path: str, now: dict) -> dict:
-    """The flags a resume changes against the run's first config record in its log: {name: [was, now]} for
-    those in SAFE_ON_RESUME; any other change raises RunError naming it (the log would keep only the old
-    config, and the run would silently mix two recipes). A log without a config record allows no check: {}."""
-    was = None
+def log_config(log_path: str) -> dict | None:
+    """The first config record of a log, or None (no log, or none in it)."""
     try:
         with open(log_path) as f:
             for line in f:
-                record = json.loads(line)
-                if record.get("kind") == "config":
-                    was = record
-                    break
-    except (OSError, ValueError):
-        return {}
+                try:
+                    record = json.loads(line)
+                except ValueError:  # a line cut by a crash
+                    continue
+                if isinstance(record, dict) and record.get("kind") == "config":
+                    return record
+    except OSError:
+        pass
+    return None
+
+
+def resume_changes(run_dir: str, log_path: str, now: dict) -> dict:
+    """The flags a resume changes against the run's saved settings: {name: [was, now]} for those in
+    SAFE_ON_RESUME; any other change raises RunError naming it (the run would silently mix two recipes). The settings
+    come from the newest checkpoint that has them, so a moved or deleted log changes nothing; from the log's config
+    record for checkpoints written before they were saved; with neither, no check: {}."""
+    was = None
+    for path in reversed(all_checkpoints(run_dir)):
+        try:
+            with open(os.path.join(path, "state.json")) as f:
+                was = json.load(f).get("config")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(was, dict):
+            break
+    if not isinstance(was, dict):
+        was = log_config(log_path) or {}
     changed = {k: [was[k], v] for k, v in now.items() if k in was and was[k] != v}
     refused = [k for k in changed if k not in SAFE_ON_RESUME]
     if refused:
-        k = refused[0]
+        flags = ", ".join(f"--{k} was {changed[k][0]!r} and is {changed[k][1]!r}" for k in refused)
         may = ", ".join(sorted(SAFE_ON_RESUME - {"resume", "dry_run"}))
-        raise RunError(f"--resume: --{k} was {changed[k][0]!r} in this run and is {changed[k][1]!r} now; a resumed run "
-                       f"keeps its training settings (it may change {may})")
+        raise RunError(f"--resume: {flags} now; a resumed run keeps its training settings (it may change {may})")
     return changed
 
 

@@ -109,6 +109,10 @@ class Group:
         return min(started) if started else None
 
 
+class Stopped(Exception):
+    """run_until_done was told to stop (a signal): its groups are aborted, nothing else changed."""
+
+
 def seed_of(*key) -> int:
     """A stable 63-bit seed from a key: sampling depends on what is sampled, not on engine history."""
     return int.from_bytes(hashlib.blake2b(repr(key).encode(), digest_size=8).digest(), "little") >> 1
@@ -256,12 +260,24 @@ class Generator:
         self.finished = [g for g in self.finished if not (uids is None or g.uid in uids)]
         return took
 
-    def run_until_done(self, uids: set[str], desc: str = "generate") -> list[Group]:
-        """Step until every group in uids has finished; other finished groups stay in self.finished."""
+    def run_until_done(self, uids: set[str], desc: str = "generate", stop=None) -> list[Group]:
+        """Step until every group in uids has finished; other finished groups stay in self.finished. stop() true
+        (a SIGTERM during an evaluation): those groups' requests are aborted and Stopped is raised."""
         bar = Progress(len(uids), desc)
         while (done := len(uids & {g.uid for g in self.finished})) < len(uids):
             if not self.engine.has_unfinished_requests():
                 raise RuntimeError("vLLM engine has no requests left but groups are unfinished")
+            if stop is not None and stop():
+                rids = [rid for rid, (g, _, _) in self._live.items() if g.uid in uids]
+                self.engine.abort_request(rids)
+                for rid in rids:
+                    del self._live[rid]
+                    self._seen.pop(rid, None)
+                for uid in uids:
+                    self._groups.pop(uid, None), self._pending.pop(uid, None)
+                self.take(uids)
+                bar.close()
+                raise Stopped(desc)
             self.step()
             bar.update(done)
         bar.close()

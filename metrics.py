@@ -1,10 +1,12 @@
 """The bookkeeping of a run: the JSON-lines log (the input of fit_curve.py), the device-hour clock that is the x
-axis of the paper's curves, phase timers, and memory readings. train.py builds each step's record from these.
+axis of the paper's curves, phase timers, memory readings, and the signal handler that ends a run cleanly.
+train.py builds each step's record from these.
 """
 import json
 import math
 import os
 import resource
+import signal
 import sys
 import time
 from contextlib import contextmanager
@@ -20,6 +22,9 @@ class Log:
         if writer:
             os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
             self.file = open(path, "a")
+            with open(path, "rb") as tail:  # a last line cut by a crash is ended, so the next record is whole
+                if tail.seek(0, os.SEEK_END) and (tail.seek(-1, os.SEEK_END), tail.read(1))[1] != b"\n":
+                    self.file.write("\n")
             if wandb_run is not None:  # {"name": run name, "config": the config as a dict}
                 import wandb
                 self.wandb = wandb.init(project="scalerl", name=wandb_run["name"], id=wandb_run["name"],
@@ -124,3 +129,26 @@ def write_jsonl(path: str, rows: list[dict]) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as f:
         f.writelines(json.dumps(r) + "\n" for r in rows)
+
+
+class Interrupt:
+    """Ctrl-C (SIGINT) or SIGTERM (a scheduler's stop) ends the run cleanly, with one line, exit status 128 +
+    the signal and no traceback: during the loop, after the current step (or at once in an evaluation) and a
+    checkpoint; otherwise, or at a second signal, at once (the log stays valid: it is flushed per record; a
+    half-written checkpoint is a .tmp folder, ignored). torchrun passes the signal to every rank but kills them
+    after its own shutdown timeout."""
+
+    def __init__(self):
+        self.in_loop, self.requested = False, 0
+        signal.signal(signal.SIGINT, self)
+        signal.signal(signal.SIGTERM, self)
+
+    def __call__(self, signum, frame):
+        if self.in_loop and not self.requested:
+            self.requested = 128 + signum
+            print(f"interrupted ({signal.Signals(signum).name}): stopping after this step or evaluation and a "
+                  "checkpoint (interrupt again to stop now)",
+                  file=sys.stderr, flush=True)
+            return
+        print("error: interrupted", file=sys.stderr, flush=True)
+        os._exit(128 + signum)  # not an exception: vLLM or gloo code mid-call must not print a traceback on exit

@@ -1,6 +1,6 @@
 """ScaleRL: reinforcement learning of an LLM on verifiable rewards, top to bottom (arXiv 2510.13786).
 
-    python train.py                                   # the toy on a laptop CPU: builds a tiny model, no download
+    python train.py                                   # the toy on a laptop CPU: a tiny model, no download
     python train.py --help                            # every flag, with its default and what it does
     python train.py --mode ppo --loss dapo            # leave-one-out rows of the paper (README has the table)
     torchrun --standalone --nproc_per_node 8 train.py --model Qwen/Qwen3-0.6B --dataset gsm8k --batch 768
@@ -19,36 +19,15 @@ import signal
 import sys
 import time
 
-
-class Interrupt:
-    """Ctrl-C (SIGINT) or SIGTERM (a scheduler's stop) ends the run cleanly, with one line, exit status 128 +
-    the signal and no traceback: during the loop, after the current step and a checkpoint; otherwise, or at a
-    second signal, at once (the log stays valid: it is flushed per record; a half-written checkpoint is a .tmp
-    folder, ignored). torchrun passes the signal to every rank but kills them after its own shutdown timeout."""
-
-    def __init__(self):
-        self.in_loop, self.requested = False, 0
-        signal.signal(signal.SIGINT, self)
-        signal.signal(signal.SIGTERM, self)
-
-    def __call__(self, signum, frame):
-        if self.in_loop and not self.requested:
-            self.requested = 128 + signum
-            print("interrupted: stopping after this step and a checkpoint (interrupt again to stop now)",
-                  file=sys.stderr, flush=True)
-            return
-        print("error: interrupted", file=sys.stderr, flush=True)
-        os._exit(128 + signum)  # not an exception: vLLM or gloo code mid-call must not print a traceback on exit
-
+from metrics import Interrupt
 
 interrupt = Interrupt()  # before the slow imports below (vLLM): a Ctrl-C in start-up is clean too
-
 
 import config  # noqa: E402
 import data  # noqa: E402
 import devices  # noqa: E402
 import rewards  # noqa: E402
-from generate import Generator  # noqa: E402  sets vLLM's in-process env vars before vllm loads
+from generate import Generator, Stopped  # noqa: E402  sets vLLM's in-process env vars before vllm loads
 from rollouts import SCHEDULES, PromptSampler, Rollouts, evaluate, seqs_in_flight  # noqa: E402
 
 
@@ -123,10 +102,6 @@ def on_rank0(work):
     return out[0]
 
 
-if cfg.wandb:
-    import importlib.util
-    if importlib.util.find_spec("wandb") is None:
-        fail("--wandb: the wandb package is not installed (pip install wandb)")
 if cfg.prompts_per_step % world:
     fail(f"--batch {cfg.batch} / --group {cfg.group} = {cfg.prompts_per_step} prompts per step must be divisible by "
          f"the {world} ranks")
@@ -137,7 +112,8 @@ run_dir = os.path.join(cfg.out_dir, run_name)
 log_path = os.path.join(cfg.log_dir, f"{run_name}.jsonl")
 on_rank0(lambda: checkpoint.claim_run(run_dir, log_path, cfg.resume))  # writable, new or resumable, one writer
 # a resumed run keeps its training settings; what it may change (how long, what it records) goes in its log
-resume_changes = on_rank0(lambda: checkpoint.resume_changes(log_path, config.to_dict(cfg))) if cfg.resume else {}
+now = config.to_dict(cfg)
+resume_changes = on_rank0(lambda: checkpoint.resume_changes(run_dir, log_path, now)) if cfg.resume else {}
 if world > 1:  # rank 0 alone writes out_dir (toy, GGUF conversion, checkpoints); every rank must read it
     token, unseen = on_rank0(lambda: checkpoint.write_token(os.path.join(run_dir, "shared"))), [None] * world
     try:
@@ -243,6 +219,8 @@ def guarded(work, what: str, step: int):
     worker) stop with one line and exit status 4, the log and the checkpoints intact."""
     try:
         return work()
+    except Stopped:  # a signal during an evaluation: not a failure
+        raise
     except Exception as e:
         msg = f"{what} failed at step {step}: {type(e).__name__}: {str(e)[:300]}"
         print(f"error (rank {rank}): {msg}. The log {log_path} and the checkpoints in {run_dir} are intact.",
@@ -268,14 +246,20 @@ def sync_weights(new_version: bool = True):
              f"checkpoints in {run_dir} are intact.", 4)
 
 
-def run_evaluation(step: int):
+def run_evaluation(step: int) -> bool:
     """Mean pass rate on the held-out prompts (paper §2.1), logged as an "eval" record. In pipeline mode training
-    completions keep decoding meanwhile: that share of the time (by tokens decoded) is credited as training."""
+    completions keep decoding meanwhile: that share of the time (by tokens decoded) is credited as training.
+    False if a signal stopped it (colocated; nothing logged): a scheduler's grace period is shorter than one."""
     t0, decoded0 = time.time(), list(gen.tokens_decoded)
     with clock.paused():
-        ev = guarded(lambda: (gen.evaluate if split else functools.partial(evaluate, gen))(
-            eval_rows, cfg, grade, first_index=layout.engine, stride=layout.engines, share=(layout.tp_rank, layout.tp),
-            extract=extract_answer), "evaluation", step)
+        try:
+            ev = guarded(lambda: (gen.evaluate if split else functools.partial(evaluate, gen))(
+                eval_rows, cfg, grade, first_index=layout.engine, stride=layout.engines, extract=extract_answer,
+                share=(layout.tp_rank, layout.tp), stop=lambda: interrupt.requested), "evaluation", step)
+        except Stopped:
+            ev = None
+    if all_reduce({"stop": ev is None}, op=dist.ReduceOp.MAX)["stop"]:
+        return False
     eval_tokens, train_tokens = (now - before for now, before in zip(gen.tokens_decoded, decoded0))
     clock.credit((time.time() - t0) * train_tokens / max(eval_tokens + train_tokens, 1))
     ev = all_reduce(ev)
@@ -286,6 +270,16 @@ def run_evaluation(step: int):
          "eval_answered_rate": ev["answered"] / n if "answered" in ev else None,  # an answer in the reward's form
          "eval_completion_tokens": ev["completion_tokens"] / n, "eval_samples": int(n), "t_eval": time.time() - t0})
     print0(f"eval step {step}: pass rate {ev['correct'] / n:.3f} on {int(n)} samples ({time.time() - t0:.1f}s)")
+    return True
+
+
+def stop_on_signal(status: int):
+    """A checkpoint of the current step, one line, exit 128 + the signal (Interrupt)."""
+    with clock.paused():
+        save_checkpoint()
+    how = "Ctrl-C" if status == 128 + signal.SIGINT else signal.Signals(status - 128).name
+    print0(f"stopped by {how} at step {state['step']}; continue with --resume --run_name {run_name}")
+    sys.exit(status)
 
 
 def step_record(groups: list, stats: policy.StepStats, trained_version: int, timer: Timer) -> dict:
@@ -348,19 +342,21 @@ def save_checkpoint():
     dist.all_gather_object(pending, rollouts.pending())
     sampler_state = sampler.state_dict([p for _, p in sorted({sp for ranked in pending for sp in ranked})])
     try:
-        checkpoint.save(run_dir, state, model, optimizer, sampler_state, tokenizer, run_name, cfg.keep_checkpoints)
+        checkpoint.save(run_dir, state, model, optimizer, sampler_state, tokenizer, run_name, cfg.keep_checkpoints,
+                        run_config=config.to_dict(cfg))
     except RuntimeError as e:  # rank 0 could not write it (a full disk): every rank stops, nothing else is lost
         log({"kind": "error", "step": state["step"], "message": str(e)})
         fail(str(e), 4)
     print0(f"checkpoint step {state['step']} ({time.time() - t0:.1f}s)")
 
 
+new_log = master and (not cfg.resume or checkpoint.log_config(log_path) is None)  # a resume into another --log_dir
 log = Log(log_path, master, {"name": run_name, "config": config.to_dict(cfg)} if cfg.wandb else None)
 if cfg.resume:
     # max_steps may be raised on resume (a run continued past its first end): the log says where it now ends
     log({"kind": "resume", "step": state["step"], "time": time.time(), "max_steps": cfg.max_steps,
          "changed": resume_changes})
-else:
+if new_log:
     log({"kind": "config", **config.to_dict(cfg), "run_name": run_name, "world_size": roles.job.world,
          "generator_ranks": roles.generators, "device": device.type,  # (resolved --generators)
          "model_path": model_path,  # and the weights' hash, read on rank 0 only (the rank that writes the log)
@@ -388,8 +384,8 @@ while True:
     step = state["step"]
     # --- evaluate: mean pass rate on held-out prompts (paper §2.1), at step 0, then eval_every (log-spaced with
     # eval_growth) and at the end
-    if step in eval_steps:
-        run_evaluation(step)
+    if step in eval_steps and not run_evaluation(step):
+        stop_on_signal(int(all_reduce({"stop": interrupt.requested}, op=dist.ReduceOp.MAX)["stop"]))
     if step >= cfg.max_steps:
         break
     timer = Timer()
@@ -446,12 +442,11 @@ while True:
         with clock.paused():
             dump_rollouts(groups, trained_version)
     stopping = int(all_reduce({"stop": interrupt.requested}, op=dist.ReduceOp.MAX)["stop"])  # a signal on any rank
-    if stopping or (cfg.save_every != -1 and state["step"] % cfg.save_every == 0):
+    if stopping:
+        stop_on_signal(stopping)
+    if cfg.save_every != -1 and state["step"] % cfg.save_every == 0:
         with clock.paused():
             save_checkpoint()
-    if stopping:
-        print0(f"stopped by Ctrl-C at step {state['step']}; continue with --resume --run_name {run_name}")
-        sys.exit(stopping)
 
 print0(f"done: {state['step']} steps, {clock.hours:.4f} device-hours, log {log_path}")
 log.close()

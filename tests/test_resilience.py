@@ -355,12 +355,31 @@ def test_ctrl_c_stops_cleanly_after_a_checkpoint(tmp_path, toy_path, run_name):
     for line in open(tmp_path / f"{run}.jsonl"):
         json.loads(line)  # every line whole
 
-    early = subprocess.Popen([sys.executable, *train_cmd(*SYNC, "--log_dir", str(tmp_path), "--run_name", run_name())], cwd=ROOT,
+    early = subprocess.Popen([sys.executable, *train_cmd(*SYNC, "--log_dir", str(tmp_path), "--run_name", run_name())],
+                             cwd=ROOT,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     time.sleep(4)  # inside start-up (imports, model, engine)
     early.send_signal(signal.SIGINT)
     out, _ = early.communicate(timeout=120)
     assert early.returncode == 130 and "Traceback" not in out and "interrupted" in out, out[-3000:]
+
+
+def test_sigterm_during_an_evaluation_stops_it_at_once_with_a_checkpoint(tmp_path, toy_path, run_name):
+    """A scheduler's SIGTERM in the step-0 evaluation (1,000 prompts x 8, tens of seconds) does not wait for it, a
+    step and a checkpoint: the evaluation's requests are aborted, nothing half-measured is logged, the step-0
+    checkpoint is written and the run ends with exit 143, naming the signal; --resume evaluates step 0 again."""
+    run = run_name()
+    args = [*SYNC[:-6], "--eval_every", "100", "--eval_prompts", "1000", "--eval_samples", "8", "--log_dir",
+            str(tmp_path), "--run_name", run, "--max_steps", "1"]
+    proc = subprocess.Popen([sys.executable, *train_cmd(*args)], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    _wait_for(lambda: os.path.exists(tmp_path / f"{run}.jsonl"), proc)  # the config record: the evaluation is next
+    time.sleep(2)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 143 and "Traceback" not in out, out[-3000:]
+    assert "stopped by SIGTERM at step 0" in out and "eval step 0" not in out, out[-3000:]
+    assert log_records(tmp_path, run, "eval") == [] and os.path.isdir(os.path.join(OUT, run, "ckpt-000000"))
 
 
 def test_resume_keeps_the_training_settings_and_refuses_impossible_counters(tmp_path, toy_path, run_name):
@@ -375,10 +394,25 @@ def test_resume_keeps_the_training_settings_and_refuses_impossible_counters(tmp_
         lines = [ln for ln in changed.stdout.splitlines() if ln.strip() and not ln.startswith("note:")]
         assert changed.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"error: --resume: {flag} was"), \
             changed.stdout[-2000:]
-    resumed = run_train(*args, "--max_steps", "3", "--resume", timeout=300)
-    assert resumed.returncode == 0, resumed.stdout[-3000:]
-    record = [json.loads(line) for line in open(tmp_path / f"{name}.jsonl") if json.loads(line)["kind"] == "resume"]
-    assert record[0]["changed"] == {"max_steps": [2, 3], "resume": [False, True]}
+    # the settings are the checkpoint's: a log moved away (another --log_dir) or deleted lets nothing through
+    moved = tmp_path / "moved"
+    both = run_train(*args, "--max_steps", "3", "--log_dir", str(moved), "--lr", "1e-3", "--loss", "dapo", "--resume",
+                     timeout=120)
+    lines = [ln for ln in both.stdout.splitlines() if ln.startswith("error")]
+    assert both.returncode == 2 and len(lines) == 1 and "--loss was" in lines[0] and "--lr was" in lines[0], \
+        both.stdout[-2000:]
+    # a symlink loop named as the newest checkpoint is neither resumed nor in the way of later saves
+    os.symlink("ckpt-000009", os.path.join(OUT, name, "ckpt-000009"))
+    resumed = run_train(*args, "--max_steps", "3", "--log_dir", str(moved), "--resume", timeout=300)
+    assert resumed.returncode == 0 and "skipping" in resumed.stdout and "ckpt-000009" in resumed.stdout, \
+        resumed.stdout[-3000:]
+    assert os.path.isdir(os.path.join(OUT, name, "ckpt-000003"))
+    os.remove(os.path.join(OUT, name, "ckpt-000009"))
+    kinds = [json.loads(line)["kind"] for line in open(moved / f"{name}.jsonl")]
+    assert kinds[:2] == ["resume", "config"] and kinds.count("train") == 1  # the new log says what it continues
+    record = [json.loads(line) for line in open(moved / f"{name}.jsonl") if json.loads(line)["kind"] == "resume"]
+    assert record[0]["changed"] == {"max_steps": [2, 3], "resume": [False, True], "log_dir": [str(tmp_path),
+                                                                                                str(moved)]}
     from pathlib import Path
     ckpt = Path(OUT) / name / "ckpt-000003"
     original = (ckpt / "state.json").read_text()
@@ -405,6 +439,7 @@ def test_a_full_disk_while_checkpointing_is_one_line_and_loses_nothing(tmp_path,
     errors = [ln for ln in proc.stdout.splitlines() if ln.startswith("error")]
     assert proc.returncode == 4 and "Traceback" not in proc.stdout, proc.stdout[-3000:]
     assert len(errors) == 1 and "checkpoint of step 2 could not be written" in errors[0]
+    assert "no space left on the device: 0 MiB free" in errors[0]  # not only torch's "file write failed"
     assert sorted(os.listdir(os.path.join(OUT, name))) == ["ckpt-000001", "lock"]  # no .tmp left, step 1 intact
     assert log_records(tmp_path, name, "error")[0]["step"] == 2
 
@@ -419,3 +454,17 @@ def test_a_rank_that_cannot_see_out_dir_stops_every_rank_in_one_line(tmp_path, t
     assert proc.returncode != 0 and len(errors) == 1, proc.stdout[-3000:]
     assert "rank 1 on" in errors[0] and "does not see rank 0's --out_dir" in errors[0]
     assert not os.path.exists(os.path.join(OUT, name))  # refused at start-up: no run folder left behind
+
+
+def test_a_log_whose_last_line_a_crash_cut_gets_whole_records_after_it(tmp_path):
+    """A SIGKILL mid-write leaves a partial last line; the resumed run's first record starts on a line of its own,
+    so readers lose only the cut record, never the resume record glued to it."""
+    from metrics import Log
+    path = tmp_path / "run.jsonl"
+    path.write_text('{"kind": "config"}\n{"kind": "train", "st')
+    log = Log(str(path), writer=True)
+    log({"kind": "resume", "step": 1})
+    lines = path.read_text().splitlines()
+    assert lines[1] == '{"kind": "train", "st' and json.loads(lines[2]) == {"kind": "resume", "step": 1}
+    Log(str(path), writer=True)({"kind": "train", "step": 2})  # a whole last line: nothing added
+    assert [json.loads(line)["kind"] for line in path.read_text().splitlines()[2:]] == ["resume", "train"]
