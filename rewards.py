@@ -156,7 +156,10 @@ def boxed_answers(completion: str, thinking: bool) -> list[str] | None:
 # Predictions are parsed as LaTeX only: math-verify's plain-expression path calls sympy's parse_expr, which
 # uses eval; gold answers come from the dataset and are trusted.
 _WORKER = r"""
-import json, logging, os, sys
+import json, logging, os, resource, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is for the trainer, which stops the workers
+memory = int(sys.argv[1])  # a sympy blow-up must not take the trainer's memory with it
+resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
 logging.disable(logging.CRITICAL)
 from functools import lru_cache
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
@@ -176,21 +179,72 @@ for line in sys.stdin:
         pass
     print(f"{rid} {int(ok)}", flush=True)
 """
+WORKER_START_S = 60.0  # importing math-verify takes 1-2 s; a worker not ready after this is broken
+
+
+class _Worker:
+    """One grading process. Started by Popen without preexec_fn, so CPython vforks and execs at once: the child
+    never runs in a copy of the multi-GB, multi-threaded trainer (a fork could deadlock there before exec). Its
+    output is read without blocking into a buffer: a worker that stops mid-line (frozen, killed) never stalls a
+    read; every wait is a select with a deadline."""
+
+    def __init__(self, workdir: str):
+        import subprocess
+        import sys
+        self.proc = subprocess.Popen([sys.executable, "-c", _WORKER, str(WORKER_MEMORY_BYTES)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                     cwd=workdir, bufsize=0)
+        self.fd, self.buf, self.ready = self.proc.stdout.fileno(), b"", False
+        self.start_deadline = time.monotonic() + WORKER_START_S
+        os.set_blocking(self.fd, False)
+
+    def send(self, line: str) -> bool:
+        try:  # one small request at a time: the pipe never fills
+            self.proc.stdin.write(line.encode() + b"\n")
+            return True
+        except OSError:  # it died since it was last seen
+            return False
+
+    def lines(self) -> list[str] | None:
+        """The whole lines it has written since the last call; None once it has closed its output (dead)."""
+        try:
+            chunk = os.read(self.fd, 1 << 16)
+        except BlockingIOError:
+            return []
+        if not chunk:
+            return None
+        *whole, self.buf = (self.buf + chunk).split(b"\n")
+        return [w.decode("utf-8", "replace").strip() for w in whole]
+
+    def kill(self):
+        """SIGKILL (it ends a stopped process too), reaped within a second or left to the OS: never a wait
+        without a bound."""
+        import subprocess
+        self.proc.kill()
+        try:
+            self.proc.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            pass
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            try:
+                pipe.close()
+            except OSError:
+                pass
 
 
 class MathGrader:
     """math-verify on untrusted completions, each bounded by timeout_s seconds of wall clock, in a few
-    worker processes (usable from any thread). A worker that misses its deadline is killed and replaced; its
-    completion gets the incorrect reward. Workers' stderr goes to /dev/null: math-verify prints the entire
-    offending input on a timeout. Rules, in the parent, before any parsing (boxed_answers): no answer part or
-    no \\boxed{} -> incorrect; several \\boxed{} with different contents -> incorrect (no hedging); a box longer
-    than MAX_ANSWER_CHARS, unclosed, or more than MAX_BOXES boxes -> incorrect.
+    worker processes (usable from any thread). A worker that misses its deadline, or stops answering mid-line, is
+    killed and replaced; its completion gets the incorrect reward. Workers' stderr goes to /dev/null: math-verify
+    prints the entire offending input on a timeout. Rules, in the parent, before any parsing (boxed_answers): no
+    answer part or no \\boxed{} -> incorrect; several \\boxed{} with different contents -> incorrect (no hedging); a
+    box longer than MAX_ANSWER_CHARS, unclosed, or more than MAX_BOXES boxes -> incorrect.
 
     A step's grading is bounded too: new_budget(seconds) at the start of a step gives every call until the next
-    new_budget that many seconds in all (the wall clock of grading calls, replacing killed workers included; not
-    the decoding between calls); once it is spent, the rest is incorrect without being graded. `ungraded` counts
-    the completions marked incorrect for lack of time (over their own deadline or the step's), so the log can say
-    how many there were."""
+    new_budget that many seconds in all (the wall clock of grading calls, starting replacement workers included;
+    not the decoding between calls); once it is spent, the rest is incorrect without being graded. `ungraded`
+    counts the completions marked incorrect for lack of time (over their own deadline or the step's), so the log
+    can say how many there were."""
 
     def __init__(self, timeout_s: float = 1.0, num_workers: int = 0, thinking: bool = True,
                  step_budget_s: float = float("inf")):
@@ -198,7 +252,7 @@ class MathGrader:
         self.timeout_s, self.thinking, self.step_budget_s = timeout_s, thinking, step_budget_s
         self.budget_left_s = step_budget_s
         self.workdir = tempfile.mkdtemp(prefix="grader-")  # the workers' cwd: nothing lands in the project
-        self.workers = [self._spawn() for _ in range(num_workers or max(1, min(4, os.cpu_count() or 1)))]
+        self.workers = [_Worker(self.workdir) for _ in range(num_workers or max(1, min(4, os.cpu_count() or 1)))]
         self.killed = 0  # workers replaced after a missed deadline
         self.ungraded = 0  # completions marked incorrect for lack of time, since the grader was made
 
@@ -206,39 +260,14 @@ class MathGrader:
         """Start a step: the calls until the next new_budget share `seconds` (default: step_budget_s)."""
         self.budget_left_s = self.step_budget_s if seconds is None else seconds
 
-    def _spawn(self):
-        import subprocess
-        import sys
-        import resource
-
-        def limit_memory():  # a sympy blow-up must not take the trainer's memory with it
-            resource.setrlimit(resource.RLIMIT_AS, (WORKER_MEMORY_BYTES, WORKER_MEMORY_BYTES))
-            signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is for the trainer, which stops them
-        proc = subprocess.Popen([sys.executable, "-c", _WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL, cwd=self.workdir, text=True, bufsize=1,
-                                preexec_fn=limit_memory)
-        return {"proc": proc, "ready": False}
-
-    def _take(self, k: int, wait_s: float = 120.0):
-        """Worker k, restarted if it died, once it has imported math-verify (start-up is not an item's graded
-        time); None if it is still starting after wait_s (the step's budget ran out first)."""
-        import select
-        w = self.workers[k]
-        if w["proc"].poll() is not None:
-            self.workers[k] = w = self._spawn()
-        if not w["ready"]:
-            ok, _, _ = select.select([w["proc"].stdout], [], [], min(120.0, wait_s))
-            if not ok and wait_s < 120.0:
-                return None
-            if not ok or w["proc"].stdout.readline().strip() != "ready":
-                raise RuntimeError("a math-verify grading worker failed to start (is math-verify installed?)")
-            w["ready"] = True
-        return w["proc"]
+    def _replace(self, k: int):
+        self.workers[k].kill()
+        self.workers[k] = _Worker(self.workdir)
 
     def __call__(self, completions: list[str], answers: list[str], thinking: bool | None = None) -> list[float]:
         import select
         t_start = time.monotonic()
-        budget_end = t_start + max(self.budget_left_s, 0.0)  # wall clock: replacing a killed worker counts too
+        budget_end = t_start + max(self.budget_left_s, 0.0)  # wall clock: starting a replacement counts too
         rewards, todo = [-1.0] * len(completions), []
         for n, (completion, answer) in enumerate(zip(completions, answers)):
             completion = completion.encode("utf-8", "replace").decode("utf-8")  # lone surrogates become "?"
@@ -247,55 +276,52 @@ class MathGrader:
                 todo.append((n, json.dumps({"id": n, "content": content, "answer": str(answer)})))
         busy = {}  # worker index -> (item index, deadline)
         while todo or busy:
-            if time.monotonic() >= budget_end:  # the step's grading time is spent: the rest is incorrect
+            now = time.monotonic()
+            if now >= budget_end:  # the step's grading time is spent: the rest is incorrect
                 for k in busy:
                     self._replace(k)
                 self.ungraded += len(busy) + len(todo)
                 break
-            for k in range(len(self.workers)):
-                if k not in busy and todo:
+            for k, w in enumerate(self.workers):
+                if w.ready and k not in busy and todo:
                     n, request = todo.pop()
-                    proc = self._take(k, max(0.0, budget_end - time.monotonic()))
-                    if proc is None:  # still starting, and the step's time is spent
+                    if w.send(request):
+                        busy[k] = (n, min(now + self.timeout_s, budget_end))
+                    else:  # a fresh one, and this item again
                         todo.append((n, request))
-                        break
-                    try:
-                        proc.stdin.write(request + "\n")
-                    except BrokenPipeError:  # it died since it was last seen: a fresh one, and this item again
-                        self.workers[k] = self._spawn()
-                        todo.append((n, request))
-                        continue
-                    busy[k] = (n, min(time.monotonic() + self.timeout_s, budget_end))
-            if not busy:  # nothing sent this round (a worker starting or dead): back to the budget check
-                continue
-            wait = max(0.0, min(deadline for _, deadline in busy.values()) - time.monotonic())
-            readable, _, _ = select.select([self.workers[k]["proc"].stdout for k in busy], [], [], wait)
-            for k, (n, deadline) in list(busy.items()):
-                proc = self.workers[k]["proc"]
-                if proc.stdout in readable:
-                    answer_line = proc.stdout.readline().split()
-                    rewards[n] = 1.0 if answer_line == [str(n), "1"] else -1.0  # its own answer, or nothing
-                    if answer_line[:1] != [str(n)]:  # out of step (or dead): never trust this worker again
                         self._replace(k)
-                    del busy[k]
-                elif time.monotonic() >= deadline:  # over its time: incorrect, and a fresh worker
+                elif not w.ready and now >= w.start_deadline:
+                    raise RuntimeError("a math-verify grading worker failed to start (is math-verify installed?)")
+            waiting = [k for k, w in enumerate(self.workers) if k in busy or not w.ready]
+            deadlines = [budget_end, *(d for _, d in busy.values()),
+                         *(w.start_deadline for w in self.workers if not w.ready)]
+            select.select([self.workers[k].fd for k in waiting], [], [], max(0.0, min(deadlines) - now))
+            for k in waiting:
+                w, lines = self.workers[k], self.workers[k].lines()
+                if lines is None and not w.ready:  # it exited while starting
+                    raise RuntimeError("a math-verify grading worker failed to start (is math-verify installed?)")
+                for line in lines or []:
+                    if not w.ready:
+                        w.ready = line == "ready"
+                    elif k in busy:
+                        n = busy.pop(k)[0]
+                        rewards[n] = 1.0 if line.split() == [str(n), "1"] else -1.0  # its own answer, or nothing
+                        if line.split()[:1] != [str(n)]:  # out of step: never trust this worker again
+                            lines = None
+                if lines is None:  # dead (its item, if any, stays incorrect) or out of step: a fresh one
+                    busy.pop(k, None)
+                    self._replace(k)
+                elif k in busy and time.monotonic() >= busy[k][1]:  # over its time: incorrect, and a fresh one
+                    busy.pop(k)
                     self._replace(k)
                     self.killed += 1
                     self.ungraded += 1
-                    del busy[k]
         self.budget_left_s -= time.monotonic() - t_start
         return rewards
 
-    def _replace(self, k: int):
-        proc = self.workers[k]["proc"]
-        proc.kill()
-        proc.wait()
-        self.workers[k] = self._spawn()
-
     def close(self):
         for w in self.workers:
-            w["proc"].kill()
-            w["proc"].wait()
+            w.kill()
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
