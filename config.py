@@ -13,6 +13,7 @@ nowhere else.
 """
 import argparse
 import dataclasses
+import importlib.util
 import inspect
 import json
 import math
@@ -258,9 +259,10 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def parse_args(argv: list[str]) -> Config:
+def parse_args(argv: list[str], saved: dict | None = None) -> Config:
     """`--key value`, `--key=value`, `--flag`, `--no_flag`; dashes or underscores in keys. The toy preset fills
-    every field not typed when the model is the toy; then the derived defaults below; then validation."""
+    every field not typed when the model is the toy (or `saved`, a run's settings, does: evaluate.py); then the
+    derived defaults below; then validation."""
     argv = [re.sub(r"^--([^=]+)", lambda m: "--" + m.group(1).replace("-", "_"), a) if a.startswith("--") else a
             for a in argv]
     for i in range(len(argv) - 1, 0, -1):  # `--lr -1e-3`: argparse takes -1e-3 for a flag; pass it as --lr=-1e-3
@@ -269,6 +271,9 @@ def parse_args(argv: list[str]) -> Config:
             argv[i - 1:i + 1] = [f"{argv[i - 1]}={argv[i]}"]
     given = vars(parser().parse_args(argv))
     values = dict(TOY) if given.get("model", Config.model) in toy.MODELS else {}
+    if saved is not None:  # the flags of a run; another dataset typed brings its own reward
+        fields = {f.name for f in dataclasses.fields(Config)}
+        values = {k: v for k, v in saved.items() if k in fields and not ("dataset" in given and k == "reward")}
     values.update(given)
     # derived defaults: each decided here, once
     if values.get("mode") == "sync" and "k" not in given:
@@ -331,6 +336,11 @@ def validate(cfg: Config) -> None:
                  "prompt_max_tokens", "answer_max_tokens", "keep_checkpoints", "max_bad_steps", "vllm_kv_cache_gib"):
         if getattr(cfg, name) < (0 if name in ("warmup_steps", "max_steps") else 1):
             bad(f"--{name} must be positive, got {getattr(cfg, name)}")
+    if cfg.micro_batch_tokens < 32:  # a micro-batch holds at least one sequence: tinier budgets only slow a step down
+        bad(f"--micro_batch_tokens must be at least 32 (it is a memory knob: rows x longest row), got "
+            f"{cfg.micro_batch_tokens}")
+    if cfg.wandb and importlib.util.find_spec("wandb") is None:  # here, so --dry_run says it too
+        bad("--wandb: the wandb package is not installed (pip install wandb)")
     for name in ("eval_every", "save_every", "dump_every"):
         if getattr(cfg, name) == 0 or getattr(cfg, name) < -1:
             bad(f"--{name} must be a positive number of steps or -1 (disabled), got {getattr(cfg, name)}")
@@ -350,10 +360,12 @@ def validate(cfg: Config) -> None:
             bad(f"--{name} must not be empty")
         if os.path.exists(path) and not os.path.isdir(path):
             bad(f"--{name} {path!r} exists and is not a directory")
-    if cfg.run_name and (os.sep in cfg.run_name or cfg.run_name.startswith(".") or len(cfg.run_name) > 200
+    # bytes, not characters: a file name holds 255 bytes, and "é" is 2 of them, "日" 3 (UTF-8)
+    name_bytes = len(cfg.run_name.encode("utf-8", "surrogateescape"))
+    if cfg.run_name and (os.sep in cfg.run_name or cfg.run_name.startswith(".") or name_bytes > 200
                          or not cfg.run_name.isprintable()):
-        bad(f"--run_name must be a plain name of at most 200 printable characters (no '/', not starting with '.'), "
-            f"got {cfg.run_name[:40]!r}{'...' if len(cfg.run_name) > 40 else ''} ({len(cfg.run_name)} characters)")
+        bad(f"--run_name must be a plain name of at most 200 bytes of printable characters (no '/', not starting "
+            f"with '.'), got {cfg.run_name[:40]!r}{'...' if len(cfg.run_name) > 40 else ''} ({name_bytes} bytes)")
     if cfg.mode == "pipeline" and cfg.k > 1 and cfg.pipeline_depth > cfg.k:
         bad(f"--pipeline_depth {cfg.pipeline_depth} must be at most --k {cfg.k}: lags reach k - 1 at depth k, and a "
             "deeper pipeline only holds more prompts in flight")

@@ -6,6 +6,7 @@ DATASETS (downloaded) and GENERATED (written here, no download) are the tables o
 to; local .jsonl/.parquet files work by field name. Each dataset names its default reward (rewards.REWARDS),
 which --reward overrides where the dataset leaves the answer's form open.
 """
+import json
 import os
 import random
 
@@ -98,7 +99,7 @@ HELD_OUT_SEED = 1234  # fixed, whatever --seed, so runs that differ in seed shar
 POOL_SEED = 4321  # fixed, whatever --seed, so runs that differ in seed share one --train_prompts pool
 
 
-def _hub_reachable(timeout_s: float = 3.0) -> bool:
+def hub_reachable(timeout_s: float = 3.0) -> bool:
     """Whether the Hugging Face Hub answers within timeout_s; offline, `datasets` would retry for tens of seconds."""
     import socket
     from urllib.parse import urlparse
@@ -122,7 +123,7 @@ def _read(name: str, flag: str = "--dataset") -> tuple[list[dict], dict]:
     datasets.logging.set_verbosity_error()
     if name in DATASETS:
         spec = DATASETS[name]
-        if not datasets.config.HF_HUB_OFFLINE and not _hub_reachable():
+        if not datasets.config.HF_HUB_OFFLINE and not hub_reachable():
             datasets.config.HF_HUB_OFFLINE = True  # the local cache or nothing, at once
         try:
             ds = datasets.load_dataset(spec["path"], spec.get("name"), split=spec["split"])
@@ -139,18 +140,49 @@ def _read(name: str, flag: str = "--dataset") -> tuple[list[dict], dict]:
         raise DataError(f"{flag} {name}: no such file" + (" (it is a directory)" if os.path.isdir(name) else ""))
     kind = "parquet" if name.endswith(".parquet") else "JSON lines"
     try:
-        ds = datasets.load_dataset("parquet" if kind == "parquet" else "json", data_files=name, split="train")
-        rows = ds.to_list()  # text is decoded here: bad UTF-8 fails here
+        if kind == "parquet":
+            rows = datasets.load_dataset("parquet", data_files=name, split="train").to_list()
+        else:
+            rows = _read_json(name)
     except Exception as e:
         raise DataError(f"{flag} {name}: cannot be read as {kind} "
                         f"({one_line(e)})") from None
-    fields = set(ds.column_names)
+    if not rows:
+        raise DataError(f"{flag} {name}: the dataset is empty")
+    fields = set().union(*(r.keys() for r in rows))
     prompt = next((f for f in LOCAL_PROMPT_FIELDS if f in fields), None)
     answer = next((f for f in LOCAL_ANSWER_FIELDS if f in fields), None)
     if prompt is None or answer is None:
         raise DataError(f"{name}: rows need a prompt field ({'/'.join(LOCAL_PROMPT_FIELDS)}) and an 'answer' field; "
                         f"found {sorted(fields)}")
     return rows, {"prompt": prompt, "answer": answer}
+
+
+class Number(str):
+    """A number in a JSON file, as its text: exact, whatever its size (see _read_json)."""
+
+
+def _read_json(path: str) -> list[dict]:
+    """Rows of a JSON-lines file (or one JSON array), numbers kept as written: `datasets` would type a column, so
+    2**63 + 1 became 9.223372036854776e+18 and 1 in a column with 1.5 became "1.0", which `--reward exact` never
+    matches. Bad UTF-8, a line that is not JSON, or a row that is not an object: ValueError naming the line."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    if text.lstrip().startswith("["):
+        rows = json.loads(text, parse_int=Number, parse_float=Number)
+        lines = range(1, len(rows) + 1)
+    else:
+        numbered = [(i, line) for i, line in enumerate(text.splitlines(), 1) if line.strip()]
+        lines, rows = [i for i, _ in numbered], []
+        for i, line in numbered:
+            try:
+                rows.append(json.loads(line, parse_int=Number, parse_float=Number))
+            except ValueError as e:
+                raise ValueError(f"line {i}: {e}") from None
+    for i, row in zip(lines, rows):
+        if not isinstance(row, dict):
+            raise ValueError(f"line {i} is a {type(row).__name__}, not an object")
+    return rows
 
 
 def _rows(name: str, flag: str = "--dataset") -> list[dict]:
@@ -163,7 +195,10 @@ def _rows(name: str, flag: str = "--dataset") -> list[dict]:
     rows = []
     for i, row in enumerate(raw):
         prompt, answer = row.get(spec["prompt"]), row.get(spec["answer"])
-        if isinstance(answer, (int, float)) and not isinstance(answer, bool):
+        prompt = 0 if isinstance(prompt, Number) else prompt  # a number is an answer, not a question
+        if isinstance(answer, float) and answer.is_integer() and abs(answer) < 2**53:  # a parquet float column
+            answer = str(int(answer))
+        elif isinstance(answer, (int, float, Number)) and not isinstance(answer, bool):
             answer = str(answer)
         for field_name, value in ((spec["prompt"], prompt), (spec["answer"], answer)):
             if not isinstance(value, str) or not value.strip():
@@ -199,6 +234,9 @@ def read_task(cfg, log=print) -> tuple[list[dict], list[dict]]:
     eval_name = cfg.eval_dataset or DATASETS.get(cfg.dataset, {}).get("eval")
     if eval_name:
         val = _rows(eval_name, "--eval_dataset")
+        if isinstance(val, tuple):  # its reward and held-out split belong to it alone
+            raise DataError(f"--eval_dataset {eval_name}: a generated task is evaluated only as its own --dataset "
+                            f"(train on it with --dataset {eval_name})")
         held = {r["prompt"] for r in val}
         overlap = sum(r["prompt"] in held for r in train)
         train = [r for r in train if r["prompt"] not in held]

@@ -323,6 +323,11 @@ def paper_table() -> str:
 
 
 if __name__ == "__main__":
+    import argparse  # no options: --help says what it prints, anything else is an error (exit 2)
+    ap = argparse.ArgumentParser(description="Print the GPU memory plan for Qwen3-0.6B and Qwen3-8B at the paper's "
+                                 "settings (a markdown table; docs/gpu.md).")
+    ap.error = lambda message: ap.exit(2, f"error: {message}\n")
+    ap.parse_args()
     print(paper_table())
 
 

@@ -35,6 +35,13 @@ def resolve_model(name: str, out_dir: str, log=print) -> str:
         return toy.build_toy_model(out_dir, name, log=log)
     if gguf := gguf_file(name):
         return from_gguf(gguf, out_dir, log=log)
+    if os.path.exists(name):
+        return name
+    import data  # a Hub name, or dir/name that is not there (config.py refuses other paths): offline, transformers
+    from huggingface_hub import try_to_load_from_cache  # would retry for ~30 s, then say "couldn't connect"
+    if not isinstance(try_to_load_from_cache(name, "config.json"), str) and not data.hub_reachable():
+        raise ValueError(f"--model {name}: no such folder, not in the Hugging Face cache, and the Hub is not reachable "
+                         f"(a toy is {', '.join(toy.MODELS)}; a GGUF file or a folder holding one also works)")
     return name
 
 

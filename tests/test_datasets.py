@@ -110,7 +110,7 @@ def test_empty_dataset_file(tmp_path):
     path = _write(tmp_path / "empty.jsonl", [""])
     with pytest.raises(data.DataError) as e:
         data._rows(path)
-    assert path in str(e.value)
+    assert path in str(e.value) and "the dataset is empty" in str(e.value)
 
 
 def test_bad_dataset_stops_train_py_with_one_line(tmp_path, toy_path):
@@ -158,6 +158,24 @@ def test_eval_dataset_errors_name_the_eval_flag(tmp_path):
     os.makedirs(tmp_path / "d.jsonl")
     with pytest.raises(data.DataError, match="--eval_dataset .*d.jsonl: no such file \\(it is a directory\\)"):
         data.read_task(config.parse_args(["--dataset", path, "--eval_dataset", str(tmp_path / "d.jsonl")]))
+
+
+def test_numeric_answers_in_a_local_file_stay_as_written(tmp_path):
+    """`datasets` types a JSON column: 2**63 + 1 became 9.223372036854776e+18, 10**30 1e+30, and 1 beside 1.5 "1.0"
+    (which `--reward exact` never matches against "1"). Read by the json module, every number is its own text."""
+    answers = ["9223372036854775809", "1000000000000000000000000000000", "1", "1.5", "-0.25", "1e3"]
+    path = _write(tmp_path / "nums.jsonl", [f'{{"prompt": "Q{i}", "answer": {a}}}' for i, a in enumerate(answers)])
+    assert [r["answer"] for r in data._rows(path)] == answers
+    path = tmp_path / "array.json"  # one JSON array works the same
+    path.write_text(json.dumps([{"prompt": "Q", "answer": 2**64}]))
+    assert data._rows(str(path))[0]["answer"] == str(2**64)
+
+
+def test_a_generated_task_as_eval_dataset_is_one_line(tmp_path):
+    path = _write(tmp_path / "ok.jsonl", [json.dumps({"prompt": f"Add: {i}+1", "answer": "1"}) for i in range(20)])
+    for task in ("sums", "toy"):
+        with pytest.raises(data.DataError, match=f"--eval_dataset {task}: a generated task is evaluated only as its"):
+            data.read_task(config.parse_args(["--dataset", path, "--eval_dataset", task]))
 
 
 def test_non_utf8_dataset_is_one_line(tmp_path):

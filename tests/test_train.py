@@ -5,6 +5,8 @@
 import hashlib
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -49,11 +51,14 @@ def test_dry_run_prints_the_resolved_config():
     (["--length_penalty", "--interruptions"], "alternatives"),
     (["--pipeline_depth", "1000000000"], "--pipeline_depth"),  # would grow ~90 MB/s without finishing a step
     (["--run_name", "x" * 260], "at most 200"),
+    (["--run_name", "é" * 130], "(260 bytes)"),  # file names hold 255 bytes, not characters
+    (["--run_name", "日" * 84], "(252 bytes)"),
     (["--reward", "exact"], "does not apply to --dataset toy"),
     (["--reward", "exact", "--dataset", "box"], "does not apply to --dataset box"),
     (["--model", "/no/such/folder"], "no such file or folder"),  # not tried as a Hub name for 29 s
     (["--lrr", "1e-5"], "did you mean --lr?"),
     (["--tp", "2"], "--tp 2 must divide"),  # one process: no tensor-parallel group to form
+    (["--micro_batch_tokens", "1"], "--micro_batch_tokens must be at least 32"),  # was 25-40x slower, silently
 ])
 def test_bad_flags_exit_2_with_one_line(flags, needle):
     proc = run_train(*flags, "--dry_run", timeout=60)
@@ -68,6 +73,8 @@ def test_bad_flags_exit_2_with_one_line(flags, needle):
     (["--eval_dataset", "x.jsonl"], "toy task"),  # the toy has its own held-out split
     (["--log_dir", "/etc/passwd/x"], "--log_dir"),  # found before the engine starts, not at the first record
     (["--out_dir", "/etc/passwd/x"], "--out_dir"),
+    (["--model", "nosuch-org/nosuch-model"], "--model nosuch-org/nosuch-model"),  # offline: no 30 s of Hub retries
+    (["--model", "nosuch-model"], "--model nosuch-model"),
 ])
 def test_problems_found_before_start_up_exit_2(flags, needle, toy_path, run_name):
     """...and leave no run folder behind (the run was claimed, locked, then refused)."""
@@ -98,11 +105,12 @@ def read_log(path):
         return [json.loads(line) for line in f]
 
 
-def test_toy_run_writes_the_log_fit_curve_reads(tmp_path, toy_path):
-    proc = run_train(*SMALL, "--max_steps", "4", "--run_name", "e2e", "--log_dir", str(tmp_path))
+def test_toy_run_writes_the_log_fit_curve_reads(tmp_path, toy_path, run_name):
+    name = run_name("e2e")
+    proc = run_train(*SMALL[:-1], "4", "--max_steps", "4", "--run_name", name, "--log_dir", str(tmp_path))
     assert proc.returncode == 0, proc.stdout[-3000:]
-    records = read_log(tmp_path / "e2e.jsonl")
-    assert records[0]["kind"] == "config" and records[0]["run_name"] == "e2e"
+    records = read_log(tmp_path / f"{name}.jsonl")
+    assert records[0]["kind"] == "config" and records[0]["run_name"] == name
     # the warm start it came from, by content (the toy is rebuilt per machine): what `sha256sum` prints
     with open(os.path.join(toy_path, "model.safetensors"), "rb") as f:
         assert records[0]["model_sha256"] == hashlib.file_digest(f, "sha256").hexdigest()
@@ -123,6 +131,45 @@ def test_toy_run_writes_the_log_fit_curve_reads(tmp_path, toy_path):
     import config
     assert f"--lr {config.TOY['lr']}" in preset and "--group" not in preset and "--batch" not in preset
     assert "4 prompts x 8 = 32 completions per step" in proc.stdout
+
+    # evaluate.py on the run folder: its newest checkpoint (step 4), with the run's settings as the checkpoint saved
+    # them (the toy preset, 16 prompts x 2), scores what the run's eval record of step 4 says; no run folder or log
+    out = tmp_path / "evals" / "c.jsonl"
+    done = subprocess.run([sys.executable, "evaluate.py", os.path.join(OUT, name), "--out", str(out), "--json"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout.splitlines()[-1])
+    assert summary["checkpoint"].endswith("ckpt-000004") and summary["prompts"] == 16
+    assert summary["pass_rate"] == evals[-1]["pass_rate"] and summary["pass@1"] == pytest.approx(summary["pass_rate"])
+    assert summary["pass_rate_se"] == pytest.approx(evals[-1]["pass_rate_se"])
+    completions = [json.loads(line) for line in open(out)]
+    assert len(completions) == 32 and sum(c["reward"] > 0 for c in completions) / 32 == summary["pass_rate"]
+    assert sorted(os.listdir(tmp_path)) == ["evals", f"{name}.jsonl"]  # no log of its own
+    assert sorted(os.listdir(os.path.join(OUT, name))) == ["ckpt-000004", "lock"]  # nothing added to the run
+
+
+    # a checkpoint whose weights were cut short on disk: one line, before any engine starts
+    import shutil
+    corrupt = tmp_path / "ckpt-000004"
+    shutil.copytree(os.path.join(OUT, name, "ckpt-000004"), corrupt)
+    with open(corrupt / "model.safetensors", "r+b") as f:
+        f.truncate(1000)
+    bad = subprocess.run([sys.executable, "evaluate.py", str(corrupt)], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120)
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith(f"error: {corrupt} is not a "
+                                                                                    "checkpoint that verifies"), bad.stderr
+
+
+@pytest.mark.parametrize("target,needle", [
+    ("no/such/run", "--model no/such/run: no such file or folder"),
+    ("nosuch-org/nosuch-model", "--model nosuch-org/nosuch-model:"),  # offline: said in seconds
+])
+def test_evaluate_refuses_a_bad_target_in_one_line(target, needle):
+    done = subprocess.run([sys.executable, "evaluate.py", target], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
+    assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], \
+        done.stderr[-2000:]
 
 
 @pytest.mark.parametrize("loss,agg,norm,mode", [
@@ -210,3 +257,12 @@ def test_evaluations_are_log_spaced_where_asked():
     even = config.parse_args(["--eval_growth", "1", "--eval_every", "30", "--max_steps", "200"]).eval_steps()
     assert sorted(even) == [0, 30, 60, 90, 120, 150, 180, 200]
     assert config.parse_args(["--eval_every", "-1"]).eval_steps() == set()
+
+
+def test_wandb_without_its_package_is_refused_even_in_a_dry_run():
+    import importlib.util
+    proc = run_train("--wandb", "--dry_run", timeout=120)
+    if importlib.util.find_spec("wandb") is None:  # the CPU requirements do not install it
+        assert one_line_error(proc) and "wandb package is not installed" in proc.stdout, proc.stdout
+    else:
+        assert proc.returncode == 0, proc.stdout
