@@ -295,20 +295,21 @@ def ungraded(grade) -> int:
 
 # --- evaluation (paper §2.1) ---------------------------------------------------------------------------------------
 def evaluate(gen: Generator, rows: list[dict], cfg, grade, first_index: int = 0, stride: int = 1,
-             share: tuple[int, int] = (0, 1), extract=None) -> dict:
+             share: tuple[int, int] = (0, 1), extract=None, stop=None, keep: list | None = None) -> dict:
     """Sums over these held-out prompts, eval_samples completions each (the paper's mean@16 is correct /
     samples; its standard error is sqrt(variance_sum) / prompts). Seeds come from each prompt's index in the whole
     validation set (rows[j] is number first_index + j * stride), so every evaluation, on any number of ranks,
     samples alike: successive pass rates differ by the policy only. share (i, n): the ranks of a tensor-parallel
     engine generate the same groups and each grades and counts every n-th, from the i-th. extract(text) -> the
     answer a completion gives or None (the reward's parse): "answered" counts the completions that give one, so
-    format failures are told from wrong answers."""
+    format failures are told from wrong answers. stop() true: generate.Stopped (a signal; nothing graded). keep: a
+    list that gets (group, its rewards) per prompt (evaluate.py writes the completions)."""
     uids = set()
     for j, row in enumerate(rows):
         uid = f"eval-{first_index + j * stride}"
         gen.submit(uid, j, row["prompt_ids"], row["answer"], cfg.eval_samples)
         uids.add(uid)
-    groups = gen.run_until_done(uids, "evaluate") if uids else []
+    groups = gen.run_until_done(uids, "evaluate", stop) if uids else []
     if share[1] > 1:  # in the order of the prompts, the same on every rank of the engine
         groups = sorted(groups, key=lambda g: int(g.uid.split("-")[1]))[share[0]::share[1]]
     samples = [s for g in groups for s in g.samples]
@@ -319,6 +320,8 @@ def evaluate(gen: Generator, rows: list[dict], cfg, grade, first_index: int = 0,
     # the pass rate's sampling variance for these fixed prompts: sum over prompts of p(1-p)/n, unbiased per prompt
     n = cfg.eval_samples
     correct = [sum(r > 0 for r in rewards[j * n:(j + 1) * n]) for j in range(len(groups))]
+    if keep is not None:
+        keep.extend((g, rewards[j * n:(j + 1) * n]) for j, g in enumerate(groups))
     variance = sum(c * (n - c) / (n * n * (n - 1)) for c in correct) if n > 1 else float("nan")  # needs n >= 2
     return {"correct": sum(correct), "samples": len(samples), "prompts": len(groups), "variance_sum": variance,
             "ungraded": ungraded(grade) - before,

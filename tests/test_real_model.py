@@ -140,3 +140,23 @@ def test_forced_interruptions_on_a_model_without_a_think_end_token(smol_path):
     for s in group.samples:  # nothing ever follows an EOS; one that ended the thinking phase ends the completion
         assert tok.eos_token_id not in s.token_ids[:-1]
         assert s.interrupted or rewards.THINK_END in s.text or len(s.token_ids) <= 10
+
+
+def test_evaluate_scores_smollm2_on_sums_in_one_command(smol_path, tmp_path):
+    """evaluate.py on the GGUF file itself (a --model value, converted once and cached), on the sums task with the
+    README's budgets: a pass rate with its standard error, pass@k rising with k, every completion written."""
+    import json
+    import subprocess
+    import sys
+    from conftest import ROOT
+    out = tmp_path / "smol.jsonl"
+    done = subprocess.run([sys.executable, "evaluate.py", SMOL_GGUF, "--dataset", "sums", "--no_interruptions",
+                           "--think_min_tokens", "120", "--think_max_tokens", "120", "--answer_max_tokens", "8",
+                           "--prompt_max_tokens", "64", "--prompts", "16", "--samples", "4", "--out_dir", OUT,
+                           "--out", str(out), "--json"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout.splitlines()[-1])
+    assert summary["model_path"] == smol_path and summary["prompts"] == 16 and summary["samples_per_prompt"] == 4
+    assert 0 <= summary["pass@1"] <= summary["pass@2"] <= summary["pass@4"] <= 1 and summary["pass_rate_se"] >= 0
+    assert summary["answered_rate"] > 0.5  # the base model gives some number in most of its completions
+    assert len(out.read_text().splitlines()) == 64
