@@ -4,8 +4,7 @@ pass rate vs training compute, extrapolate it beyond the fit window and rank rec
     R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B)
 
 A is the ceiling (asymptotic pass rate); B (steepness) and C_mid (compute at half the gain) are efficiency. Points:
-the "eval" records of train.py's logs (x = samples, completions drawn, by default; y = pass_rate). Needs numpy and
-scipy, no torch.
+the "eval" records of train.py's logs (x = samples, completions drawn, by default; y = pass_rate); numpy, scipy.
 
     python fit_curve.py logs/*.jsonl --plot curves.png   # ranked table and a log-x plot (--json: a JSON line per run)
     python fit_curve.py logs/*.jsonl --fit-fraction 0.5  # fit on half, check the other half
@@ -17,6 +16,7 @@ import math
 import os
 import signal
 import sys
+import time
 from collections import namedtuple
 from pathlib import Path
 
@@ -39,9 +39,8 @@ MIN_RISE = 0.005                        # a curve that rises less than this (pas
 PLOT_FORMATS = ("png", "pdf", "svg", "jpg", "jpeg", "eps", "ps", "tif", "tiff", "webp")
 UNITS = {"gpu_hours": "training compute, device-hours", "step": "optimizer steps", "tokens": "completion tokens "
          "trained on", "samples": "completions sampled for training (batch x steps)"}
-# one fitted run. group: config minus IGNORED_CONFIG_KEYS as JSON, shared by seeds of one recipe; x, y: all valid
-# evals, by x; in_fit: the fit window (never x = 0); past max_compute: the extrapolation check; ci: {"A": [lo, hi], ...}
-# late: the window with the early cut twice as late, A_late its A (None: too few points)
+# one fitted run. group: the config less IGNORED_CONFIG_KEYS (seeds of a recipe share it); x, y: all valid evals, by x;
+# in_fit: the window (x > 0); late: its cut twice as late, A_late its A (or None); ci: {"A": [lo, hi], ...}
 Fit = namedtuple("Fit", "file name group x y in_fit late max_compute A B C_mid R0 r0_observed r2 power_law_A ci A_late")
 
 
@@ -52,9 +51,8 @@ def warn(msg):  # messages go to stderr: stdout carries the tables or the JSON l
 def read_log(path, x_key):
     """-> (config record or None, x, y, step sorted by x). Bad lines are skipped with a warning; a repeated step (a
     resumed run re-evaluating) keeps its last record. Raises OSError."""
-    def number(v):
-        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-    config, evals = None, []
+    number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)  # noqa: E731
+    config, evals, axes, lacking = None, [], set(), 0  # axes: the x keys the eval records lacking x_key do have
     with open(path, encoding="utf-8-sig", errors="replace") as f:
         for line_num, line in enumerate(f, 1):
             if not line.strip():
@@ -70,16 +68,23 @@ def read_log(path, x_key):
             if rec.get("kind") != "eval":
                 continue
             x, y = rec.get(x_key), rec.get("pass_rate")
+            if x_key not in rec:  # said once below, not per record
+                lacking, axes = lacking + 1, axes | ({"gpu_hours", "samples", "tokens", "step"} & rec.keys())
+                continue
             if not (number(x) and number(y) and x >= 0 and 0 <= y <= 1):
                 warn(f"{path}:{line_num}: eval record needs finite {x_key} >= 0 and pass_rate in [0, 1], "
                      f"got {x!r} and {y!r}, skipped")
                 continue
             step = rec.get("step")
             evals.append((step, (x, y, step if isinstance(step, int) else math.inf)))
+    has = f"they have --x {' or '.join(sorted(axes))}" if axes else "they have no other axis"
+    if lacking and not evals:
+        raise ValueError(f"no eval record has {x_key!r}, the x axis (--x {x_key}); {has}")
     by_step = {step: p for step, p in evals if isinstance(step, int)}  # the last record of each step
-    if sum(isinstance(step, int) for step, _ in evals) > len(by_step):
-        warn(f"{path}: {sum(isinstance(s, int) for s, _ in evals) - len(by_step)} eval records repeat an earlier "
-             "step (resumed run?), kept the last of each")
+    for n, why in ((lacking, f"lack {x_key!r}, skipped; {has}"), (sum(isinstance(s, int) for s, _ in evals) -
+                   len(by_step), "repeat an earlier step (resumed run?), kept the last of each")):
+        if n:
+            warn(f"{path}: {n} eval records {why}")
     by_order = [by_step[k] for k in sorted(by_step)]
     drops = [(a, b) for a, b in zip(by_order, by_order[1:]) if b[0] < a[0]]
     if drops:
@@ -238,6 +243,8 @@ def fit_run(run, r0, args):
     A, B, C_mid, R0 = params = refine(xf, yf, grid_fit(xf, yf, r0), r0)
     if xf.max() < C_mid:  # the paper's fits reach ~3x C_mid (8k of 16k GPU-h, C_mid 2542)
         warn(f"{run['file']}: fit window ends at {fmt(xf.max())}, before C_mid = {fmt(C_mid)}: A is barely constrained")
+    if B > 0.9 * B_BOUNDS[1]:  # a step, not a sigmoid: one jump between two evaluations (a near-flat curve)
+        warn(f"{run['file']}: B = {B:.1f} is at its bound ({B_BOUNDS[1]:.0f}): the curve is one step; B unmeasured")
     resid, sst = yf - sigmoid(xf, *params), ((yf - yf.mean()) ** 2).sum()
     r2 = float(1 - resid @ resid / sst) if np.ptp(yf) > 0 else math.nan  # flat y: no R²
     late = run["in_fit"] & run["late"]  # A once more, with the early cut twice as late, where enough points remain
@@ -273,8 +280,7 @@ def seed_groups(fits):
         groups.setdefault(f.group, []).append(f)
     for key, g in ((k, g) for k, g in groups.items() if len(g) >= 2):  # std is the sample std over seeds
         stats[key] = {"runs": [f.name for f in g], "n_runs": len(g), "A_range": float(np.ptp([f.A for f in g]))}
-        for p in ("A", "B", "C_mid"):
-            v = [getattr(f, p) for f in g]
+        for p, v in ((p, [getattr(f, p) for f in g]) for p in ("A", "B", "C_mid")):
             stats[key] |= {f"{p}_mean": float(np.mean(v)), f"{p}_std": float(np.std(v, ddof=1))}
     return stats
 
@@ -319,9 +325,9 @@ def print_tables(rows, groups, args):
               + verdict + (f" ({refit[1]:.2f} vs {refit[2]:.2f} at A={refit[0]:.3f})" if refit else ""))
     print(f"A late: A with the early cut twice as late. A margin {args.margin} (paper A.5); * R0 fitted (no x = 0 "
           f"point); pow A: power-law fit's A on the same window (paper A.4; {MAX_POWER_LAW_A:.3f} is its bound)")
-    at_top = ", ".join(f.name for f, _, _ in rows if f.A > 0.995)  # a pass rate cannot exceed 1
-    print(f"A at the top of its range (1) for {at_top}: no plateau in the data yet, so A is an upper bound, not a "
-          "measurement; comparisons with them rest on B and C_mid" if at_top else "", end="\n" if at_top else "")
+    if at_top := ", ".join(f.name for f, _, _ in rows if f.A > 0.995):  # a pass rate cannot exceed 1
+        print(f"A at the top of its range (1) for {at_top}: no plateau in the data yet, so A is an upper bound, not "
+              "a measurement; comparisons with them rest on B and C_mid")
     for g in groups.values():
         print(f"seed group of {g['n_runs']} ({', '.join(g['runs'])}): A mean {g['A_mean']:.3f}, "
               f"std {g['A_std']:.3f}, range {g['A_range']:.3f}; B mean {g['B_mean']:.2f}, std {g['B_std']:.2f}; "
@@ -354,9 +360,9 @@ def plot(fits, path, x_key):
             ax.scatter(f.x[mask], f.y[mask], s=size, color=color, marker=marker)
         xf = f.x[f.in_fit]
         inside, beyond = np.geomspace(xf.min(), xf.max(), 200), np.geomspace(xf.max(), 1.5 * f.x.max(), 100)
-        for xs, style, label in ((inside, "-", f"{f.name}: A={f.A:.3f} B={f.B:.2f} C_mid={f.C_mid:.4g}"),
-                                 (beyond, "--", None)):
-            ax.plot(xs, sigmoid(xs, *params), style, color=color, label=label)
+        label = f"{f.name}: A={f.A:.3f} B={f.B:.2f} C_mid={f.C_mid:.4g}"
+        ax.plot(inside, sigmoid(inside, *params), "-", color=color, label=label)
+        ax.plot(beyond, sigmoid(beyond, *params), "--", color=color)
         ax.axhline(f.A, color=color, linestyle=":", linewidth=1)
     ax.set_xscale("log")
     ax.set_xlabel(f"{UNITS.get(x_key, x_key)} (log scale)")
@@ -370,38 +376,29 @@ def plot(fits, path, x_key):
     plt.close(fig)
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, as every error of this project, not argparse's usage block
-        self.exit(2, f"error: {message}\n")
-
-
 def build_parser():
-    p = _Parser(description=__doc__.split("\n\n")[0].strip(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].strip(),
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.error = lambda message: p.exit(2, f"error: {message}\n")  # one line, as every error here, not argparse's usage
     p.add_argument("files", nargs="+", help="JSON-lines logs written by train.py, one per run")
-    p.add_argument("--x", default="samples", help="eval-record key used as compute: samples (completions drawn, "
-                   "the default: the same on every machine), gpu_hours (the paper's; carries the machine's speed and "
-                   "load), step, tokens, ...")
-    p.add_argument("--min-compute", type=float, metavar="X", help=(
-        "fit only points with x >= X (absolute, in --x units). Default: the run's learning-rate warm-up (its "
-        "warmup_steps x batch completions), fixed for every window of a run as the paper cuts the first 1.5k GPU-h "
-        "of every fit (§2.1, A.6-A.7). The x = 0 point is never fitted, it only sets R0. A run needs 4 distinct "
-        "fitted points when R0 is observed, else 5"))
+    p.add_argument("--x", default="samples", help="compute axis: samples (completions drawn, the default: the same "
+                   "on every machine), gpu_hours (the paper's; carries the machine's speed and load), step, tokens")
+    p.add_argument("--min-compute", type=float, metavar="X", help="fit only points with x >= X (in --x units). "
+                   "Default: the run's warm-up (warmup_steps x batch), as the paper cuts the first 1.5k GPU-h of every "
+                   "fit (§2.1, A.6). x = 0 only sets R0. A fit needs 4 distinct points (5 without x = 0)")
     window = p.add_mutually_exclusive_group()
-    window.add_argument("--max-compute", type=float, metavar="X", help="fit only points with x <= X (absolute); "
-                        "later points are reported as an extrapolation check")
+    window.add_argument("--max-compute", type=float, metavar="X", help="fit x <= X; later points check extrapolation")
     window.add_argument("--fit-fraction", type=float, metavar="F", help="set --max-compute to F times each run's "
                         "largest x, e.g. 0.5 (paper §5: fit on half the budget, extrapolate to the full one)")
     window.add_argument("--fit-to-cmid", type=float, metavar="F", help="set --max-compute to F times the C_mid of "
                         "each run's fit on all its points, e.g. 1.5: whether a fit on the rise predicts the plateau")
     p.add_argument("--margin", type=float, default=0.02, help="runs whose A differ by more rank by A; within it, "
                    "refit at their mean A, by B. Default 0.02 (paper A.5: 3 seeds' A within ±0.015)")
-    p.add_argument("--bootstrap", type=int, default=200, metavar="N",
-                   help="bootstrap resamples for the A, B, C_mid confidence intervals; 0 disables; default 200")
+    p.add_argument("--bootstrap", type=int, default=200, metavar="N", help="resamples for the CIs (0: none; 200)")
     p.add_argument("--ci", type=float, default=0.95, help="confidence level, default 0.95")
     p.add_argument("--seed", type=int, default=0, help="bootstrap RNG seed, default 0")
     p.add_argument("--json", action="store_true", help="one JSON object per fitted run per line, not tables")
-    p.add_argument("--plot", metavar="FILE.png", help="also save a log-x plot of all fitted runs (x = 0 points are "
-                   "left off: a log axis cannot show them)")
+    p.add_argument("--plot", metavar="FILE.png", help="also save a log-x plot of the fitted runs (no x = 0 points)")
     return p
 
 
@@ -409,10 +406,8 @@ def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
     fraction, to_cmid = (1 if v is None else v for v in (args.fit_fraction, args.fit_to_cmid))
-    if not 0 < fraction <= 1 or not to_cmid > 0:
-        parser.error("--fit-fraction must be in (0, 1] and --fit-to-cmid > 0")
-    if args.bootstrap < 0 or not 0 < args.ci < 1:
-        parser.error("--bootstrap must be >= 0 and --ci in (0, 1)")
+    if not 0 < fraction <= 1 or not to_cmid > 0 or args.bootstrap < 0 or not 0 < args.ci < 1:
+        parser.error("--fit-fraction must be in (0, 1], --fit-to-cmid > 0, --bootstrap >= 0 and --ci in (0, 1)")
     if args.plot:  # checked before any fitting
         import importlib.util
         suffix, folder = Path(args.plot).suffix.lower().lstrip("."), os.path.dirname(os.path.abspath(args.plot))
@@ -421,12 +416,15 @@ def main(argv=None):
                          "(give one of .png, .pdf, .svg, ...; the logs come before --plot)")
         if importlib.util.find_spec("matplotlib") is None:
             parser.error("--plot needs matplotlib (pip install matplotlib)")
-        if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
-            parser.error(f"--plot {args.plot}: {folder} is not a writable folder")
+        if not os.path.isdir(folder) or not os.access(folder, os.W_OK) or os.path.isdir(args.plot):
+            parser.error(f"--plot {args.plot}: " + ("a folder, not a file" if os.path.isdir(args.plot) else
+                                                    f"{folder} is not a writable folder"))
     if len({os.path.realpath(p) for p in args.files}) < len(args.files):  # else a "seed group" of one run, std 0
         parser.error("a log is given twice: give each once")
-    fits = []
-    for path in args.files:
+    fits, t_last = [], time.monotonic()
+    for i, path in enumerate(args.files):
+        if time.monotonic() - t_last > 10:  # thousands of logs: say how far it is
+            t_last = warn(f"fitted {i} of {len(args.files)} logs") or time.monotonic()
         try:
             log = read_log(path, args.x)  # read once: a live run's log may grow between two reads
             run, r0 = load_run(path, args, log=log)

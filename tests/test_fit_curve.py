@@ -322,7 +322,10 @@ def test_plot_and_flag_errors_are_one_line(tmp_path):
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: ")
         assert why in proc.stderr and not (tmp_path / "curves.png").exists()
     proc = run_cli(log, "--fit-fraction", "2")
-    assert proc.returncode == 2 and proc.stderr == "error: --fit-fraction must be in (0, 1] and --fit-to-cmid > 0\n"
+    assert proc.returncode == 2 and proc.stderr.startswith("error: --fit-fraction must be in (0, 1]")
+    (tmp_path / "plots.png").mkdir()  # a folder named like an image: refused before fitting, exit 2 (was 1)
+    proc = run_cli(log, "--plot", tmp_path / "plots.png")
+    assert proc.returncode == 2 and proc.stderr == f"error: --plot {tmp_path / 'plots.png'}: a folder, not a file\n"
     proc = run_cli(log, "--no-such-flag")
     assert proc.returncode == 2 and proc.stderr.startswith("error: unrecognized arguments")
     assert proc.stderr.count("\n") == 1
@@ -393,3 +396,28 @@ def test_fit_to_cmid_reads_each_log_once(tmp_path):
     log.write_text(log.read_text() + "{not json\n")
     proc = run_cli(log, "--fit-to-cmid", "2", "--bootstrap", "0", "--x", "gpu_hours", "--json")
     assert proc.returncode == 0 and proc.stderr.count("r.jsonl:") == 1, proc.stderr
+
+
+def test_a_log_without_the_default_axis_is_said_once_naming_the_axes_it_has(tmp_path):
+    """A log converted from another framework has gpu_hours but no samples: one line naming the axes it has, not a
+    warning per record and "no usable eval records"; --x with it fits. A bogus --x is said the same way."""
+    log = write_log(tmp_path / "run.jsonl", *TABLE1["scalerl"])
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    log.write_text("".join(json.dumps({k: v for k, v in r.items() if k not in ("samples", "tokens")}) + "\n"
+                           for r in records))
+    for x in ("samples", "bogus"):
+        proc = run_cli(log, "--x", x, "--bootstrap", "0")
+        assert proc.returncode == 1 and proc.stderr.count("\n") == 2, proc.stderr  # the file's line and "error:"
+        assert f"not fitted: no eval record has '{x}', the x axis (--x {x}); they have --x gpu_hours" in proc.stderr
+    assert run_cli(log, "--x", "gpu_hours", "--bootstrap", "0").returncode == 0
+
+
+def test_a_one_step_curve_says_b_is_at_its_bound(tmp_path):
+    """Flat, then one jump between two evaluations: B runs to its bound with a zero-width interval; say so."""
+    log = tmp_path / "step.jsonl"
+    values = [0.20] * 12 + [0.30] * 12
+    log.write_text("".join(json.dumps({"kind": "eval", "step": i, "samples": 100 * i, "pass_rate": v}) + "\n"
+                           for i, v in enumerate(values)))
+    proc = run_cli(log, "--bootstrap", "0")
+    assert proc.returncode == 0 and "is at its bound (100): the curve is one step; B unmeasured" in proc.stderr, \
+        proc.stderr
