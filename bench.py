@@ -32,6 +32,8 @@ import sys
 import tempfile
 import time
 
+from roofline import PEAK_BF16_TFLOPS, SHAPES, matmul_peak, model_flops
+
 ROOT = os.path.dirname(os.path.abspath(__file__))
 PHASES = {"t_generate": "generate", "t_grade": "grade", "t_train": "trainer forward/backward", "t_optim": "optimizer",
           "t_sync": "weight sync"}  # the loop's timed phases, and their names in the table
@@ -206,31 +208,6 @@ def padding_alternatives(model, groups_per_step: list[list], cfg, pad_id: int, r
     return out
 
 
-# Qwen2.5-0.5B and -1.5B shapes (tied embeddings, 151,936-token vocabulary); "tiny" is for CPU tests
-SHAPES = {
-    "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                 num_key_value_heads=2, vocab_size=1024),
-    "0.5b": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
-                 num_key_value_heads=2, vocab_size=151936),
-    "1.5b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
-                 num_key_value_heads=2, vocab_size=151936),
-    "smollm2": dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
-                    num_key_value_heads=3, vocab_size=49152),  # SmolLM2-135M's shape
-}
-PEAK_BF16_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "A10": 125.0}  # dense, per device
-
-
-def model_flops(shape: dict, positions: int, completion_positions: int, mean_seq: float) -> float:
-    """Training FLOPs (forward + backward = 3 x forward) of one step: every position through the body's matmuls (2
-    per weight) and causal attention (2 x 2 x d x seq / 2), and only completion positions through the LM head (the
-    work the loss needs; the trainer's head also runs on the prompts packed after a row's first)."""
-    d, f, layers, v = shape["hidden_size"], shape["intermediate_size"], shape["num_hidden_layers"], shape["vocab_size"]
-    kv = d * shape["num_key_value_heads"] // shape["num_attention_heads"]
-    body = layers * (d * d * 2 + d * kv * 2 + 3 * d * f)  # q, o; k, v; gate, up, down
-    attention = layers * 2 * d * mean_seq
-    return 3 * (2 * body * positions + attention * positions + 2 * v * d * completion_positions)
-
-
 def trainer_only(args, flags: list[str]) -> list[dict]:
     """The loop's training phase (policy.train_step) on synthetic groups and random-initialized Qwen2.5-shaped models
     built as train.py builds its own (--dtype body, FP32 head, FSDP2), per shape and budget: tokens/s, memory, MFU."""
@@ -243,14 +220,18 @@ def trainer_only(args, flags: list[str]) -> list[dict]:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo", store=dist.HashStore(), rank=0, world_size=1)
     name = torch.cuda.get_device_name() if device.type == "cuda" else "cpu"
-    peak = args.peak_tflops or next((t for k, t in PEAK_BF16_TFLOPS.items() if k in name), 0.0)
-    rng, rows = random.Random(0), []
     base = config_mod.parse_args(["--model", "bench", *flags])  # dtype (auto: bf16 on GPU), checkpointing, chunks
+    # the peak MFU is measured against: the spec sheet's on a GPU; on a CPU this process's own matmul (roofline.py)
+    peak = args.peak_tflops or next((t for k, t in PEAK_BF16_TFLOPS.items() if k in name), 0.0)
+    if not peak and device.type == "cpu":
+        peak = matmul_peak(base.dtype) / 1e12
+        print(f"peak: a 2048 x 2048 {base.dtype} matmul here, {peak * 1e3:.1f} GFLOP/s", flush=True)
+    rng, rows = random.Random(0), []
     for shape_name in args.shapes.split(","):
         shape = SHAPES[shape_name]
         torch.manual_seed(0)
-        model = AutoModelForCausalLM.from_config(Qwen2Config(**shape, tie_word_embeddings=True,
-                                                             max_position_embeddings=32768), dtype=torch.float32)
+        model = AutoModelForCausalLM.from_config(Qwen2Config(**shape, tie_word_embeddings=not shape_name.startswith(
+            "toy"), max_position_embeddings=32768), dtype=torch.float32)  # the toys' heads are their own
         params = sum(p.numel() for p in model.parameters())
         model = policy.build(model, device, getattr(torch, base.dtype), True, None,
                              base.activation_checkpointing == "on", base.logprob_chunk_tokens)
@@ -294,7 +275,7 @@ def trainer_only(args, flags: list[str]) -> list[dict]:
                          "padding_frac": padding, "positions": positions})
             r = rows[-1]
             print(f"{shape_name:>7} ({params / 1e6:.0f}M) micro_batch_tokens {budget:>6}: {seconds:.3f} s/step, "
-                  f"{r['tokens_per_s']:.0f} tokens/s, {r['tflops']:.1f} TFLOP/s, MFU "
+                  f"{r['tokens_per_s']:.0f} tokens/s, {r['tflops'] * 1e3:.1f} GFLOP/s, MFU "
                   + (f"{r['mfu']:.1%}" if peak else "n/a (no peak known: --peak_tflops)")
                   + f", peak memory {peak_gib:.1f} GiB, padding {padding:.1%}", flush=True)
         del model, optimizer
@@ -345,7 +326,8 @@ def main():
     ap.add_argument("--completion_tokens", type=int, default=2048,
                     help="--trainer_only longest completion; lengths are uniform in [half, this] (default 2048)")
     ap.add_argument("--trainer_steps", type=int, default=3, help="--trainer_only timed steps after one warm-up")
-    ap.add_argument("--peak_tflops", type=float, default=0.0, help="--trainer_only device bf16 peak (default: by name)")
+    ap.add_argument("--peak_tflops", type=float, default=0.0,
+                    help="--trainer_only peak TFLOP/s (default: a GPU's by name, a CPU's measured)")
     ap.add_argument("--out", default="", help="--trainer_only: also write one JSON line per measurement here")
     ap.add_argument("--round_out", default="", help=argparse.SUPPRESS)  # internal: run one round, pickle it there
     ap.add_argument("--round_index", type=int, default=0, help=argparse.SUPPRESS)

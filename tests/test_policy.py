@@ -193,3 +193,21 @@ def test_weights_sha256_names_the_weights_by_content(tmp_path):
     (tmp_path / "model-00002.safetensors").write_bytes(b"changed")
     assert policy.weights_sha256(str(tmp_path)) != both
     assert policy.weights_sha256(str(tmp_path), max_bytes=5) is None  # too large to hash at start-up
+
+
+def test_the_decode_roofline_counts_every_weight_once_and_each_kv_cache():
+    """roofline.decode_roofline on a model built from the shape: the bytes a decode step reads are its weights
+    (layers' matmuls, embedding, untied head: every parameter but the norms) plus S x 2 x layers x kv width x
+    context; it binds on memory when the bandwidth is the scarce one, on compute when the FLOPs are."""
+    import torch
+    from transformers import AutoModelForCausalLM, Qwen2Config
+    import roofline
+    shape = roofline.SHAPES["toy"]
+    model = AutoModelForCausalLM.from_config(Qwen2Config(**shape, tie_word_embeddings=False))
+    weights = sum(p.numel() for n, p in model.named_parameters() if "norm" not in n and "bias" not in n)
+    kv = shape["hidden_size"] * shape["num_key_value_heads"] // shape["num_attention_heads"]
+    r = roofline.decode_roofline(shape, 8, 50, flops_peak=1e15, bytes_per_s=1e9)
+    assert r["bytes"] == 4 * (weights + 8 * 2 * shape["num_hidden_layers"] * kv * 50) and r["binds"] == "memory"
+    assert r["tokens_per_s"] == pytest.approx(8 / (r["bytes"] / 1e9))
+    assert roofline.decode_roofline(shape, 8, 50, flops_peak=1e6, bytes_per_s=1e15)["binds"] == "compute"
+    assert roofline.matmul_peak(n=256, tries=2) > 1e8 and roofline.bandwidth(mib=16, tries=2) > 1e8  # measured here
