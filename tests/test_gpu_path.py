@@ -242,3 +242,13 @@ def test_the_plan_counts_the_sampler_rows_vllm_allocates():
     q8 = devices.QWEN3["Qwen3-8B"]
     few, many = (devices.plan_memory(q8, _budget(seqs_in_flight=n), 80 * 10**9, 8, 8, 1) for n in (96, 1024))
     assert few.vllm_overhead == 8 * 256 * 151936 + GIB and many.vllm_overhead == 8 * 1024 * 151936 + GIB
+
+
+def test_devices_py_takes_help_and_refuses_anything_else():
+    import subprocess
+    import sys
+    from conftest import ROOT
+    helped = subprocess.run([sys.executable, "devices.py", "--help"], cwd=ROOT, capture_output=True, text=True)
+    assert helped.returncode == 0 and "memory plan" in helped.stdout
+    bad = subprocess.run([sys.executable, "devices.py", "--model", "x"], cwd=ROOT, capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr == "error: unrecognized arguments: --model x\n" and not bad.stdout
