@@ -34,7 +34,8 @@ from metrics import write_jsonl  # noqa: E402
 
 def fail(msg: str, status: int = 2):
     print(f"error: {msg}", file=sys.stderr, flush=True)
-    sys.exit(status)
+    sys.stdout.flush()
+    os._exit(status)  # no teardown: vLLM's and torch's threads can abort it (SIGABRT)
 
 
 def resolve(target: str) -> tuple[str | None, dict | None, str]:
@@ -43,6 +44,8 @@ def resolve(target: str) -> tuple[str | None, dict | None, str]:
     ckpt = target
     if os.path.isdir(target) and not os.path.exists(os.path.join(target, "manifest.json")):
         found = checkpoint.all_checkpoints(target)
+        if not found and os.path.exists(os.path.join(target, "lock")):  # a run folder with no checkpoint yet
+            fail(f"{target}: a run with no complete checkpoint (train.py --save_every writes them)")
         if not found:  # a model folder (Hugging Face or GGUF), not a run
             return None, None, os.path.basename(os.path.normpath(target))
         good = [p for p in reversed(found) if checkpoint.verify(p, log=lambda m: None) is None]

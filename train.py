@@ -82,7 +82,8 @@ def fail(msg: str, status: int = 2):
     if master:
         print(f"error: {msg}", file=sys.stderr, flush=True)
         checkpoint.drop_unstarted_runs()
-    sys.exit(status)
+    sys.stdout.flush()  # then no teardown: gloo's and vLLM's threads can abort it ("terminate called", SIGABRT)
+    os._exit(status)
 
 
 def on_rank0(work):
@@ -112,8 +113,8 @@ run_dir = os.path.join(cfg.out_dir, run_name)
 log_path = os.path.join(cfg.log_dir, f"{run_name}.jsonl")
 on_rank0(lambda: checkpoint.claim_run(run_dir, log_path, cfg.resume))  # writable, new or resumable, one writer
 # a resumed run keeps its training settings; what it may change (how long, what it records) goes in its log
-now = config.to_dict(cfg)
-resume_changes = on_rank0(lambda: checkpoint.resume_changes(run_dir, log_path, now)) if cfg.resume else {}
+flags_now = config.to_dict(cfg)
+resume_changes = on_rank0(lambda: checkpoint.resume_changes(run_dir, log_path, flags_now)) if cfg.resume else {}
 if world > 1:  # rank 0 alone writes out_dir (toy, GGUF conversion, checkpoints); every rank must read it
     token, unseen = on_rank0(lambda: checkpoint.write_token(os.path.join(run_dir, "shared"))), [None] * world
     try:

@@ -163,8 +163,12 @@ def test_toy_run_writes_the_log_fit_curve_reads(tmp_path, toy_path, run_name):
 @pytest.mark.parametrize("target,needle", [
     ("no/such/run", "--model no/such/run: no such file or folder"),
     ("nosuch-org/nosuch-model", "--model nosuch-org/nosuch-model:"),  # offline: said in seconds
+    ("a run without a checkpoint", "a run with no complete checkpoint"),
 ])
-def test_evaluate_refuses_a_bad_target_in_one_line(target, needle):
+def test_evaluate_refuses_a_bad_target_in_one_line(tmp_path, target, needle):
+    if target == "a run without a checkpoint":  # what a run killed before its first save leaves
+        (tmp_path / "lock").touch()
+        target = str(tmp_path)
     done = subprocess.run([sys.executable, "evaluate.py", target], cwd=ROOT, capture_output=True, text=True,
                           timeout=300)
     lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
