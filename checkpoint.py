@@ -190,18 +190,22 @@ def verify(path: str, log=print) -> str | None:
     return None
 
 
+def newest_verified(run_dir: str, log=print) -> str | None:
+    """The newest checkpoint of a run that verifies, saying why each newer one is skipped; None if none does."""
+    found = all_checkpoints(run_dir)
+    for odd in sorted(set(glob.glob(os.path.join(run_dir, "ckpt-[0-9]*[0-9]"))) - set(found)):
+        log(f"warning: skipping {odd}: not a checkpoint folder (a link or a file), never resumed nor rotated")
+    for path in reversed(found):
+        why = verify(path, log)
+        if why is None:
+            return path
+        log(f"warning: skipping checkpoint {path}: {why}; trying the previous one")
+    return None
+
+
 def find_latest(run_dir: str, log=print) -> str | None:
-    """The newest checkpoint that verifies (rank 0 decides, every rank gets the answer)."""
-    choice = [None]
-    if dist.get_rank() == 0:
-        for odd in sorted(set(glob.glob(os.path.join(run_dir, "ckpt-[0-9]*[0-9]"))) - set(all_checkpoints(run_dir))):
-            log(f"warning: skipping {odd}: not a checkpoint folder (a link or a file), never resumed nor rotated")
-        for path in reversed(all_checkpoints(run_dir)):
-            why = verify(path, log)
-            if why is None:
-                choice[0] = path
-                break
-            log(f"warning: skipping checkpoint {path}: {why}; trying the previous one")
+    """newest_verified, decided on rank 0; every rank gets the answer."""
+    choice = [newest_verified(run_dir, log) if dist.get_rank() == 0 else None]
     dist.broadcast_object_list(choice)
     return choice[0]
 

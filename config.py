@@ -314,7 +314,7 @@ def validate(cfg: Config) -> None:
     if not 1 <= cfg.k <= 256:  # PPO-off-policy-k holds k x batch completions in flight (the paper: k = 8)
         bad(f"--k must be in [1, 256] (1 is on-policy), got {cfg.k}")
     if cfg.generators < -1 or not 1 <= cfg.peer_timeout_s <= 3600:
-        bad(f"--generators is a number of ranks, 0 or -1 (default split), and --peer_timeout_s is in [1, 3600] s")
+        bad("--generators is a number of ranks, 0 or -1 (default split), and --peer_timeout_s is in [1, 3600] s")
     if cfg.mode == "sync" and cfg.k != 1:
         bad(f"--mode sync is on-policy: --k must be 1, got {cfg.k}")
     for name in ("lr", "temperature", "eps_max", "eps_low", "eps_high", "eps_clip", "gspo_eps_low", "gspo_eps_high",

@@ -48,13 +48,12 @@ def resolve(target: str) -> tuple[str | None, dict | None, str]:
             fail(f"{target}: a run with no complete checkpoint (train.py --save_every writes them)")
         if not found:  # a model folder (Hugging Face or GGUF), not a run
             return None, None, os.path.basename(os.path.normpath(target))
-        good = [p for p in reversed(found) if checkpoint.verify(p, log=lambda m: None) is None]
-        if not good:
-            fail(f"{target}: none of its {len(found)} checkpoints verifies (python evaluate.py <checkpoint> says why)")
-        ckpt = good[0]
+        ckpt = checkpoint.newest_verified(target, log=lambda m: print(m, file=sys.stderr))
+        if ckpt is None:
+            fail(f"{target}: none of its {len(found)} checkpoints verifies (the warnings above say why)")
     elif not os.path.isdir(target):
         return None, None, os.path.basename(os.path.normpath(target)).removesuffix(".gguf")
-    if why := checkpoint.verify(ckpt, log=lambda m: print(m, file=sys.stderr)):
+    elif why := checkpoint.verify(ckpt, log=lambda m: print(m, file=sys.stderr)):
         fail(f"{ckpt} is not a checkpoint that verifies: {why}")
     with open(os.path.join(ckpt, "state.json")) as f:
         state = json.load(f)

@@ -260,6 +260,18 @@ class Generator:
         self.finished = [g for g in self.finished if not (uids is None or g.uid in uids)]
         return took
 
+    def abort(self, uids: set[str]):
+        """Drop these groups: their requests leave the engine, their finished ones are discarded."""
+        rids = [rid for rid, (g, _, _) in self._live.items() if g.uid in uids]
+        self.engine.abort_request(rids)
+        for rid in rids:
+            del self._live[rid]
+            self._seen.pop(rid, None)
+        for uid in uids:
+            self._groups.pop(uid, None)
+            self._pending.pop(uid, None)
+        self.take(uids)
+
     def run_until_done(self, uids: set[str], desc: str = "generate", stop=None) -> list[Group]:
         """Step until every group in uids has finished; other finished groups stay in self.finished. stop() true
         (a SIGTERM during an evaluation): those groups' requests are aborted and Stopped is raised."""
@@ -268,14 +280,7 @@ class Generator:
             if not self.engine.has_unfinished_requests():
                 raise RuntimeError("vLLM engine has no requests left but groups are unfinished")
             if stop is not None and stop():
-                rids = [rid for rid, (g, _, _) in self._live.items() if g.uid in uids]
-                self.engine.abort_request(rids)
-                for rid in rids:
-                    del self._live[rid]
-                    self._seen.pop(rid, None)
-                for uid in uids:
-                    self._groups.pop(uid, None), self._pending.pop(uid, None)
-                self.take(uids)
+                self.abort(uids)
                 bar.close()
                 raise Stopped(desc)
             self.step()

@@ -12,7 +12,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import time
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
