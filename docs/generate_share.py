@@ -1,6 +1,7 @@
 """The project's own share of the generate phase on the toy: the time outside vLLM's engine.step() within
 Generator.run_until_done (request building, seeded sampling parameters, the answer phase, detokenisation, the
-bookkeeping of versions and groups). Batches of 16 prompts x 8, the toy preset; 2 warm-up batches, then 8 timed.
+bookkeeping of versions and groups), and within it vLLM's own intake of each request (engine.add_request).
+Batches of 16 prompts x 8, the toy preset; 2 warm-up batches, then 8 timed.
 
     .venv/bin/python docs/generate_share.py      (on a quiet machine)
 """
@@ -23,14 +24,16 @@ path = toy.build_toy_model("out")
 tok = AutoTokenizer.from_pretrained(path)
 train, val, grade = data.load_task(cfg, tok, log=lambda m: None)
 gen = generate.Generator(cfg, path, tok, "cpu", updates_in_flight=False)
-inner = [0.0]
-step = gen.engine.step
+inner = [0.0, 0.0]  # seconds in engine.step, in engine.add_request (vLLM's intake of a request) this batch
+step, add = gen.engine.step, gen.engine.add_request
 def timed():
     t0 = time.perf_counter(); out = step(); inner[0] += time.perf_counter() - t0; return out
-gen.engine.step = timed
-shares, totals, toks = [], [], []
+def timed_add(*a, **k):
+    t0 = time.perf_counter(); add(*a, **k); inner[1] += time.perf_counter() - t0
+gen.engine.step, gen.engine.add_request = timed, timed_add
+shares, intake, totals, toks = [], [], [], []
 for b in range(10):
-    inner[0] = 0.0
+    inner[0] = inner[1] = 0.0
     rows = train[b * 16:(b + 1) * 16]
     t0 = time.perf_counter()
     uids = set()
@@ -39,7 +42,9 @@ for b in range(10):
     groups = gen.run_until_done(uids)
     total = time.perf_counter() - t0
     if b >= 2:
-        shares.append(1 - inner[0] / total); totals.append(total); toks.append(sum(len(s.token_ids) for g in groups for s in g.samples))
+        shares.append(1 - inner[0] / total); intake.append(inner[1] / total); totals.append(total); toks.append(sum(len(s.token_ids) for g in groups for s in g.samples))
 print(f"generate phase {statistics.median(totals):.3f} s/batch, {statistics.median(toks)/statistics.median(totals):.0f} tokens/s; "
-      f"outside vLLM's engine.step: median {statistics.median(shares):.1%} (range {min(shares):.1%}-{max(shares):.1%}) over {len(shares)} batches")
+      f"outside vLLM's engine.step: median {statistics.median(shares):.1%} (range {min(shares):.1%}-{max(shares):.1%}) over {len(shares)} batches; "
+      f"of which vLLM's add_request {statistics.median(intake):.1%}, the project's own code "
+      f"{statistics.median(shares) - statistics.median(intake):.1%}")
 os._exit(0)
