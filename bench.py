@@ -231,7 +231,7 @@ def trainer_only(args, flags: list[str]) -> list[dict]:
         shape = SHAPES[shape_name]
         torch.manual_seed(0)
         model = AutoModelForCausalLM.from_config(Qwen2Config(**shape, tie_word_embeddings=not shape_name.startswith(
-            "toy"), max_position_embeddings=32768), dtype=torch.float32)  # the toys' heads are their own
+            ("toy", "8b")), max_position_embeddings=32768), dtype=torch.float32)  # the toys' and 8B's heads: own
         params = sum(p.numel() for p in model.parameters())
         model = policy.build(model, device, getattr(torch, base.dtype), True, None,
                              base.activation_checkpointing == "on", base.logprob_chunk_tokens)

@@ -15,7 +15,9 @@ import argparse
 import time
 
 # shapes for bench.py --trainer_only and the roofline: Qwen2.5-0.5B and -1.5B (tied embeddings, 151,936-token
-# vocabulary), SmolLM2-135M, the toys (toy.MODELS, untied); "tiny" is for CPU tests
+# vocabulary), SmolLM2-135M, the toys (toy.MODELS, untied); "8b-8l" is 8 of Llama-3-8B's 32 layers with its
+# (untied) 128,256-token head and embedding, 2.8B parameters: the GPU's MFU on an 8B-shaped layer stack (docs/gpu.md)
+# on one device; "tiny" is for CPU tests
 SHAPES = {
     "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2, vocab_size=1024),
@@ -25,6 +27,8 @@ SHAPES = {
                  num_key_value_heads=2, vocab_size=151936),
     "smollm2": dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
                     num_key_value_heads=3, vocab_size=49152),  # SmolLM2-135M's shape
+    "8b-8l": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=8, num_attention_heads=32,
+                  num_key_value_heads=8, vocab_size=128256),
     "toy": dict(hidden_size=128, intermediate_size=512, num_hidden_layers=4, num_attention_heads=4,
                 num_key_value_heads=2, vocab_size=384),
     "toy-l": dict(hidden_size=256, intermediate_size=1024, num_hidden_layers=6, num_attention_heads=8,

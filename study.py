@@ -3,21 +3,10 @@ over epochs; then sigmoid fits in completions drawn, whether a fit on the rise p
 comparison pooled over its seeds. Each part takes at most 2 h with --jobs 2 on the 2-core machine (docs/study.md):
 
     python study.py --part seeds --jobs 2        # `python train.py` with seeds 0-2: the references
-    python study.py --part axes-budget --jobs 2  # §5: a longer thinking budget (56-64 tokens), 2 seeds
-    python study.py --part axes-batch --jobs 2   # §5: batch 256 (32 prompts x 8), 2 seeds
-    python study.py --part axes-size --jobs 2    # §5: model size, toy-s (half the width) for 5000 steps, 2 seeds
-    python study.py --part axes-large --jobs 2   # §5: model size, toy-l (2x the width, 1.5x the depth), 2 seeds
-    python study.py --part axes-group --jobs 2   # §5: 16 and 4 generations per prompt at batch 128, 2 seeds each
-    python study.py --part axes-loo --jobs 2     # §6: no zero-variance filter; prompt-level advantage normalization
-    python study.py --part axes-loo-more --jobs 2  # §6: sample averaging; the length penalty against cuts at 48
-    python study.py --part axes-fp32 --jobs 2    # §6: the LM head in bf16 against fp32, both with a bf16 body, 2 seeds
-    python study.py --part loo --jobs 2          # §6: CISPO against DAPO at PPO-off-policy-8, 2 seeds each
-    python study.py --part npr --jobs 2          # §3.2(d): NPR on and off over 8 epochs of 500 prompts, 2 seeds each
-    python study.py --part hot --jobs 2          # §3.2(a): CISPO against DAPO at PPO-off-policy-8 and lr 2e-4
-    python study.py --part eval --jobs 2         # the 1.5 C_mid prediction with 8 evaluation samples a prompt, and 2
-    python study.py --part eval-warmup --jobs 2  # ... with a 5-step lr warm-up (the preset's 20), so an earlier cut
-    python study.py --part eval-lr --jobs 2      # ... at half the learning rate (warm-up and run twice as long)
-    python study.py --part axes --fit_only       # just the fits, tables and figures from logs/study/*.jsonl
+    python study.py --part axes-batch --jobs 2   # one part: PARTS["axes-batch"] (each part's comment says what)
+    python study.py --part axes --jobs 2         # a family of parts: every axes-* part (hours)
+    python study.py --part all --fit_only        # every table and figure from the logs there are; no training
+    python study.py --part all --fit_only --log_dir docs/logs/study-v2   # ... from the committed study's logs
 
 Each run is `python train.py <flags> --run_name <name> --log_dir logs/study` with the toy's defaults. A run whose
 log holds its final evaluation is not run again; kill the script at any time and start it again: an interrupted
@@ -95,8 +84,7 @@ PARTS = {  # name -> flags, by part: each under 2 h with --jobs 2 on the 2-core 
     "hot": {**seeded("hot-cispo", ["--mode", "ppo", "--k", "8", "--lr", "2e-4"], range(2)),
             **seeded("hot-dapo", ["--mode", "ppo", "--k", "8", "--lr", "2e-4", "--loss", "dapo"], range(2))},
 }
-# a fit explaining less of its evaluations' variance than this is no sigmoid: not judged, not pooled
-MIN_R2 = 0.5
+MIN_R2 = 0.5  # a fit explaining less of its evaluations' variance than this is no sigmoid: not judged, not pooled
 # the runs each table's rows are judged against, by name prefix
 REFERENCES = dict(seeds="default-", axes="default-", loo="stale-", npr="npr500-", hot="hot-cispo-", eval="eval2-")
 
@@ -106,7 +94,7 @@ def family(part: str) -> str:
     return part.split("-")[0]
 
 
-def runs_of(table: str) -> list[str]:
+def runs_of(table: str) -> list[str]:  # every part of the table's family
     return [n for part, runs in PARTS.items() if family(part) == table for n in runs]
 
 
@@ -116,8 +104,7 @@ def flags_of(name: str) -> list[str]:
 
 
 def records(name: str) -> list[dict]:
-    path = os.path.join(LOG_DIR, f"{name}.jsonl")
-    lines = open(path).read().splitlines() if os.path.exists(path) else []
+    lines = path.read_text().splitlines() if (path := Path(LOG_DIR, f"{name}.jsonl")).exists() else []
     return [json.loads(line) for line in lines if line.strip().startswith("{") and line.strip().endswith("}")]
 
 
@@ -140,8 +127,7 @@ def run(name: str, core: int | None = None) -> bool:
         shutil.rmtree(os.path.join(OUT_DIR, name), ignore_errors=True)
         Path(LOG_DIR, f"{name}.jsonl").unlink(missing_ok=True)
     pinned = {"OMP_NUM_THREADS": "1", "VLLM_CPU_OMP_THREADS_BIND": str(core)} if core is not None else {}
-    # one write per line: two lanes print at once
-    sys.stdout.write(f"study: {' '.join(cmd[1:])}" + (f" (core {core})" if core is not None else "") + "\n")
+    sys.stdout.write(f"study: {' '.join(cmd[1:])}" + (f" (core {core})" if core is not None else "") + "\n")  # 1 write
     sys.stdout.flush()
     with open(os.path.join(LOG_DIR, f"{name}.out"), "a") as out:
         cmd = ["taskset", "-c", str(core), *cmd] if core is not None and shutil.which("taskset") else cmd
@@ -155,8 +141,8 @@ def run(name: str, core: int | None = None) -> bool:
 
 
 def _stop(signum, frame):
-    """SIGTERM (a scheduler's stop): pass it on to every running train.py, which stops after its current step and
-    a checkpoint (the part resumes from there), wait for them (killed after 10 minutes), exit 128 + signum."""
+    """SIGTERM: pass it on to every running train.py, which stops after its current step and a checkpoint (the part
+    resumes from there), wait for them (killed after 10 minutes), exit 128 + signum."""
     _stopping.set()
     print("study: stopping; running runs stop after their current step and a checkpoint", file=sys.stderr, flush=True)
     for proc in list(_children):
@@ -233,9 +219,11 @@ def setting(name: str) -> str:
 
 def effects(rows: dict, groups: dict, dtype: dict) -> list[str]:
     """Each setting against its references, pooled over seeds: differences of the means of A and of B (at the common
-    A) and the ratio of C_mid, with 95% Student-t intervals from the seed spread pooled over every group of two or
-    more seeds; a setting judged on one run spreads as the others do, or as that run's own fit interval of A or
-    C_mid where it is wider (a slow fit with B near 1 is far less certain than the seeds). A run whose A is not
+    A) and the ratio of C_mid, with 95% Student-t intervals from the seed spread of that comparison's own runs (the
+    setting's and its references'), so a verdict does not move when unrelated runs join; beside ΔA, the interval
+    from the spread pooled over every setting of the table with two or more seeds. A comparison whose own runs
+    give no spread (one run a side) takes the table's, and a lone run's own fit interval of A or C_mid where it is
+    wider (a slow fit with B near 1 is far less certain than the seeds). A run whose A is not
     identified (95% interval wider than 0.1, or C_mid beyond the fit's window: it ends before its rise, so its B and
     C_mid mean nothing either) is left out, and so is one whose fit explains less than MIN_R2 of its evaluations'
     variance (no sigmoid: it collapsed or swung); one with A beyond the margin from the common A has no B to compare."""
@@ -257,22 +245,28 @@ def effects(rows: dict, groups: dict, dtype: dict) -> list[str]:
         dof = sum(len(g) - 1 for g in multi)
         spread[q] = (math.sqrt(sum(float(np.var(g, ddof=1)) * (len(g) - 1) for g in multi) / dof) if dof else 0.0, dof)
     lines = ["| setting | runs | A | ΔA vs reference [95% CI] | ΔB [95% CI] | C_mid ratio [95% CI] | separated from "
-             "seed spread |", "|---|---|---|---|---|---|---|"]
+             "seed spread | ΔA's 95% CI, table-pooled spread |", "|---|---|---|---|---|---|---|---|"]
     for name, runs in settings.items():
         refs = ref_names.get(dtype[runs[0]], [])
         if not refs or set(runs) == set(refs):
             continue
-        cells, separated = [], []
+        cells, separated, pooled_a = [], [], "n/a"
         for q, v in values.items():
             x, y = [v[n] for n in runs if n in v], [v[n] for n in refs if n in v]
-            sd, dof = spread[q]
+            own = [g for g in (x, y) if len(g) > 1]  # this comparison's own seed spread, where it has one
+            sd, dof = (math.sqrt(sum(float(np.var(g, ddof=1)) * (len(g) - 1) for g in own) / sum(len(g) - 1
+                       for g in own)), sum(len(g) - 1 for g in own)) if own else spread[q]
             if not x or not y or not dof:
                 cells.append("n/a")
                 continue
             ref_mean = float(np.mean(y))
             d = float(np.mean(x)) - ref_mean
-            half = float(stats.t.ppf(0.975, dof)) * sd * math.sqrt(1 / len(x) + 1 / len(y))
+            scale = math.sqrt(1 / len(x) + 1 / len(y))
+            half = float(stats.t.ppf(0.975, dof)) * sd * scale
             lo, hi = d - half, d + half
+            if q == "A" and spread[q][1]:
+                table_half = float(stats.t.ppf(0.975, spread[q][1])) * spread[q][0] * scale
+                pooled_a = f"[{d - table_half:+.3f}, {d + table_half:+.3f}]"
             if len(x) == 1 and q != "B":  # a lone run: its own fit's interval where wider (none for B at common A)
                 own = [c if q == "A" else math.log(c) for c in rows[next(n for n in runs if n in v)][f"{q}_ci"]]
                 lo, hi = min(lo, own[0] - ref_mean), max(hi, own[1] - ref_mean)
@@ -286,7 +280,7 @@ def effects(rows: dict, groups: dict, dtype: dict) -> list[str]:
         a = [values["A"][n] for n in runs if n in values["A"]]
         used = f" ({len(a)} with A identified)" if len(a) < len(runs) else ""
         lines.append(f"| {name} | {len(runs)}{used} | {f'{np.mean(a):.3f}' if a else 'not identified'} | "
-                     f"{' | '.join(cells)} | {', '.join(separated) or 'none'} |")
+                     f"{' | '.join(cells)} | {', '.join(separated) or 'none'} | {pooled_a} |")
     return lines
 
 
@@ -353,10 +347,8 @@ def run_rows(names: list[str], rows: dict, halves: dict, verdicts: dict, unit: s
 
 def plot(table: str, table_runs: list, names: list, logs: list, ref: list, suffix: str, x: str, dtype: dict):
     """One figure for the seeds and the LOO rows; axes and eval: one a setting (its runs, its dtype's references)."""
-    plots = {}
-    if table not in ("axes", "eval"):
-        plots[f"study-{table}{suffix}.png"] = logs
-    else:
+    plots = {} if table in ("axes", "eval") else {f"study-{table}{suffix}.png": logs}
+    if table in ("axes", "eval"):
         stem = "study-axis" if table == "axes" else "study-eval"
         for axis in dict.fromkeys(n.split("-")[0] for n in table_runs if n not in ref):
             runs = [n for n in names if n.startswith(axis + "-")]
@@ -391,8 +383,7 @@ def fit(table: str, margin: float = 0.02, x: str = "samples"):
     names = [n for n in dict.fromkeys([*ref, *table_runs]) if records(n)]
     logs = [os.path.join(LOG_DIR, f"{n}.jsonl") for n in names]
     if not logs:
-        print(f"study: no logs for table {table} yet")
-        return
+        return print(f"study: no logs for table {table} in {LOG_DIR}")
     rows = {r["run"]: r for r in fit_curve(logs, "--margin", str(margin), "--x", x)}
     halves = {r["run"]: r for r in fit_curve(logs, "--fit-to-cmid", "1.5", "--bootstrap", "0", "--x", x)}
     # not .jsonl: `fit_curve.py logs/study/*.jsonl` must not read it
@@ -415,33 +406,40 @@ def fit(table: str, margin: float = 0.02, x: str = "samples"):
     pooled = effects(done, groups, dtype)
     if len(pooled) > 2:  # a row besides the header: not the seeds' table, whose runs are all references
         lines += ["", "Each setting pooled over its seeds against its references (differences of means, 95% "
-                  "intervals from the seed spread pooled over every group with two or more seeds, or a lone run's "
-                  "own fit interval where wider; C_mid as a ratio):", "", *pooled]
+                  "intervals from the seed spread of the comparison's own runs, or a lone run's own fit interval "
+                  "where wider; C_mid as a ratio; the last column pools the spread over the table):", "", *pooled]
     Path(LOG_DIR, f"{table}{suffix}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     plot(table, table_runs, names, logs, ref, suffix, x, dtype)
 
 
 def main(argv=None):
+    global LOG_DIR
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--part", choices=list(dict.fromkeys([*PARTS, *map(family, PARTS)])), default="seeds",
-                    help="which runs (default: seeds); axes runs every axes-* part (hours)")
+    ap.add_argument("--part", choices=list(dict.fromkeys([*PARTS, *map(family, PARTS), "all"])), default="seeds",
+                    help="which runs (default: seeds); axes runs every axes-* part (hours); all: every table "
+                         "(--fit_only)")
+    ap.add_argument("--log_dir", default=LOG_DIR, help="the runs' logs and the tables (default logs/study; the "
+                    "committed version-2 study: docs/logs/study-v2)")
     ap.add_argument("--runs", default=None, help="comma-separated run names from any part, run in this order "
                     "(default: all of --part); the table is still that of --part")
     ap.add_argument("--fit_only", action="store_true", help="skip training; fit the logs that exist")
-    ap.add_argument("--x", default="samples", choices=["gpu_hours", "samples"],
-                    help="compute axis: samples (completions drawn, batch x steps: the same on every machine, blind "
-                         "to a recipe's cost per completion) or gpu_hours (the paper's device-hours; they carry the "
-                         "speed and load of each run's machine: files get a -gpu_hours suffix)")
+    ap.add_argument("--x", default="samples", choices=["gpu_hours", "samples"], help="compute axis: samples "
+                    "(completions drawn: the same on every machine, blind to a recipe's cost per completion) or "
+                    "gpu_hours (device-hours, with each run's machine's speed and load: files get a -gpu_hours suffix)")
     ap.add_argument("--jobs", type=int, default=1, choices=[1, 2],
                     help="runs at a time; 2 pins each run to its own core (on 2 cores: more runs per hour, and "
                          "every run sees the same 1-core machine, so their device-hours stay comparable)")
     args = ap.parse_args(argv)
+    LOG_DIR = os.path.abspath(args.log_dir)
+    if args.part == "all" and (not args.fit_only or args.runs is not None):
+        ap.exit(2, "error: --part all fits every table: use it with --fit_only and without --runs\n")
+    if os.path.exists(LOG_DIR) and not os.path.isdir(LOG_DIR):
+        ap.exit(2, f"error: --log_dir {args.log_dir} is not a folder\n")
     names = [n for n in (args.runs or "").split(",") if n] or list(PARTS.get(args.part) or runs_of(args.part))
     if args.runs is not None and not any(args.runs.split(",")):
         ap.exit(2, f"error: --runs {args.runs!r} names no run\n")
-    unknown = [n for n in names if not any(n in part for part in PARTS.values())]
-    if unknown:
+    if unknown := [n for n in names if not any(n in part for part in PARTS.values())]:
         ap.exit(2, f"error: unknown runs {unknown}; choose from {', '.join(n for p in PARTS.values() for n in p)}\n")
     ok = True
     if not args.fit_only:
@@ -452,7 +450,8 @@ def main(argv=None):
         threading.Thread(target=progress, args=(todo, stop), daemon=True).start()
         ok = run_all(todo, args.jobs)
         stop.set()
-    fit(family(args.part), x=args.x)
+    for table in REFERENCES if args.part == "all" else [family(args.part)]:
+        fit(table, x=args.x)
     sys.exit(0 if ok else 1)
 
 

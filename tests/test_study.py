@@ -235,7 +235,7 @@ def test_runs_that_collapse_are_shown_but_neither_judged_nor_pooled(tmp_path, mo
     assert "not fitted" in rows["hot-dapo-s0"] and peak in rows["hot-dapo-s0"], rows["hot-dapo-s0"]
     assert "no sigmoid" in rows["hot-dapo-s1"], rows["hot-dapo-s1"]
     pooled = next(line for line in text.splitlines() if line.startswith("| hot-dapo |"))
-    assert "(0 with A identified) | not identified |" in pooled and pooled.endswith("| none |"), pooled
+    assert "(0 with A identified) | not identified |" in pooled and pooled.endswith("| none | n/a |"), pooled
 
 
 def test_a_table_where_no_run_fits_still_gets_its_figure(tmp_path, monkeypatch):
@@ -288,8 +288,8 @@ def test_settings_pooled_over_seeds_are_separated_by_the_seed_spread(tmp_path, m
             if line.startswith("| ")}
     assert "default" not in rows  # no reference against itself
     assert rows["budget64"].split("|")[2].strip() == "2"
-    assert "higher A" in rows["budget64"].split("|")[-2]
-    assert "higher A" not in rows["batch256"].split("|")[-2] and "lower A" not in rows["batch256"].split("|")[-2]
+    assert "higher A" in rows["budget64"].split("|")[-3]
+    assert "higher A" not in rows["batch256"].split("|")[-3] and "lower A" not in rows["batch256"].split("|")[-3]
     lo, hi = (float(x) for x in rows["batch256"].split("|")[4].split("[")[1].rstrip("] ").split(","))
     assert lo < 0.01 < hi and hi - lo < 0.2
 
@@ -315,7 +315,55 @@ def test_a_setting_judged_on_one_run_is_as_uncertain_as_that_runs_own_fit(tmp_pa
     ref = (0.650 + 0.652 + 0.651) / 3
     assert own_hi - own_lo > 0.03 and own_lo < ref < own_hi, own
     assert lo == pytest.approx(own_lo - ref, abs=0.002) and hi == pytest.approx(own_hi - ref, abs=0.002), pooled
-    assert lo < 0 < hi and "A" not in pooled.split("|")[-2], pooled
+    assert lo < 0 < hi and "A" not in pooled.split("|")[-3], pooled
+
+
+def test_a_comparisons_interval_comes_from_its_own_runs(tmp_path, monkeypatch, batch_axis):
+    """A setting's ΔA interval is the spread of its own seeds and its references': an unrelated setting whose seeds
+    disagree by 0.12 joins the table and leaves it as it was (issue 57: pooled over the table, a verdict moved when
+    unrelated runs joined); the table-pooled interval, shown beside it, widens."""
+    monkeypatch.setattr(study, "LOG_DIR", str(tmp_path))
+    monkeypatch.setattr(study, "DOCS_DIR", str(tmp_path))
+    steps = config.TOY["max_steps"]
+    for name, a in [("default-s0", 0.64), ("default-s1", 0.65), ("budget64-s0", 0.70), ("budget64-s1", 0.71)]:
+        _write_log(tmp_path / f"{name}.jsonl", name, steps, a=a)
+
+    def budget_row():
+        study.fit("axes")
+        text = (tmp_path / "axes.md").read_text().split("pooled over its seeds")[1]
+        cells = next(line for line in text.splitlines() if line.startswith("| budget64 ")).split("|")
+        return cells[4].strip(), cells[-3].strip(), cells[-2].strip()
+
+    own, separated, table = budget_row()
+    assert "higher A" in separated and own.split(" [")[1] in table  # alone, the table's spread is its own
+    for name, a in [("batch256-s0", 0.58), ("batch256-s1", 0.70)]:
+        _write_log(tmp_path / f"{name}.jsonl", name, steps, a=a)
+    own_after, separated_after, table_after = budget_row()
+    assert (own_after, separated_after) == (own, separated)
+    lo, hi = (float(x) for x in table_after.strip("[]").split(","))
+    own_lo, own_hi = (float(x) for x in own.split("[")[1].rstrip("]").split(","))
+    assert hi - lo > 2 * (own_hi - own_lo), (own, table_after)
+
+
+def test_the_committed_study_refits_from_a_fresh_clone(tmp_path, monkeypatch):
+    """`study.py --part loo --fit_only --log_dir docs/logs/study-v2` regenerates that table and figure from the
+    committed logs (issue 57: it read the git-ignored logs/study/ and found nothing); --part all without --fit_only
+    is refused in one line."""
+    monkeypatch.setattr(study, "DOCS_DIR", str(tmp_path))
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for name in study.runs_of("loo"):
+        (logs / f"{name}.jsonl").write_bytes((REPO / "docs" / "logs" / "study-v2" / f"{name}.jsonl").read_bytes())
+    with pytest.raises(SystemExit) as done:
+        study.main(["--part", "loo", "--fit_only", "--log_dir", str(logs)])
+    assert done.value.code == 0
+    table = (logs / "loo.md").read_text()
+    for name in study.runs_of("loo"):
+        assert f"| {name} |" in table
+    assert "| loo-dapo | 2 |" in table and (tmp_path / "study-loo.png").exists()
+    proc = subprocess.run([sys.executable, "study.py", "--part", "all"], cwd=REPO, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: --part all") and proc.stderr.count("\n") == 1
 
 
 def test_runs_naming_no_run_is_one_line_and_exit_2():
