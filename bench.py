@@ -362,6 +362,13 @@ def main():
         with open(args.round_out, "wb") as f:
             pickle.dump(result, f)
         return
+    # a toy warm start to build (minutes) or a GGUF to convert: here, where its progress shows, not in a round
+    import policy
+    cfg = config.parse_args(flags)
+    try:
+        policy.resolve_model(cfg.model, cfg.out_dir)
+    except (ValueError, RuntimeError, OSError) as e:
+        die(str(e))
     # each round a fresh process, the loop and its replay inside it (see 2. above); the extras in the last round only
     results, extras = [], ["--scale_lengths", args.scale_lengths, *(["--padding"] if args.padding else [])]
     for i in range(args.rounds):
