@@ -65,3 +65,25 @@ def test_bad_flags_are_one_line_and_exit_2():
         proc = bench(*flags, timeout=120)
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: "), flags
         assert needle in proc.stderr and "Traceback" not in proc.stderr + proc.stdout
+
+
+
+def test_a_first_warm_start_build_shows_its_progress(tmp_path):
+    """The model is found (a toy built, a GGUF converted) in bench.py's own process, before the rounds whose output
+    it captures: a first toy-l build (14 minutes on 2 cores) showed nothing until it ended. Here toy-s's build in an
+    empty --out_dir must print its first progress line; the run is stopped there."""
+    import os
+    import signal
+    import threading
+    proc = subprocess.Popen([sys.executable, "bench.py", "--model", "toy-s", "--out_dir", str(tmp_path), "--steps",
+                             "3"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    timer = threading.Timer(120, os.killpg, (proc.pid, signal.SIGKILL))  # a bound on the wait for the line
+    timer.start()
+    try:
+        seen = next((line for line in proc.stdout if line.startswith(("toy warm start: step 0/", "round"))), "")
+    finally:
+        timer.cancel()
+        os.killpg(proc.pid, signal.SIGKILL) if proc.poll() is None else None
+        proc.wait()
+    assert seen.startswith("toy warm start: step 0/"), seen
