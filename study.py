@@ -217,6 +217,13 @@ def setting(name: str) -> str:
     return re.sub(r"-s\d+$", "", name)
 
 
+def pooled_sd(groups: list[list[float]]) -> tuple[float, int]:  # over the groups of 2+ values; and its dof
+    import numpy as np
+    multi = [g for g in groups if len(g) > 1]
+    dof = sum(len(g) - 1 for g in multi)
+    return (math.sqrt(sum(float(np.var(g, ddof=1)) * (len(g) - 1) for g in multi) / dof) if dof else 0.0), dof
+
+
 def effects(rows: dict, groups: dict, dtype: dict) -> list[str]:
     """Each setting against its references, pooled over seeds: differences of the means of A and of B (at the common
     A) and the ratio of C_mid, with 95% Student-t intervals from the seed spread of that comparison's own runs (the
@@ -239,11 +246,7 @@ def effects(rows: dict, groups: dict, dtype: dict) -> list[str]:
     settings = {}  # setting -> its runs (the references' seeds form one setting per dtype)
     for n in rows:
         settings.setdefault(setting(n), []).append(n)
-    spread = {}  # quantity -> (pooled seed standard deviation, its degrees of freedom): the same for every setting
-    for q, v in values.items():
-        multi = [g for g in ([v[n] for n in runs if n in v] for runs in settings.values()) if len(g) > 1]
-        dof = sum(len(g) - 1 for g in multi)
-        spread[q] = (math.sqrt(sum(float(np.var(g, ddof=1)) * (len(g) - 1) for g in multi) / dof) if dof else 0.0, dof)
+    spread = {q: pooled_sd([[v[n] for n in runs if n in v] for runs in settings.values()]) for q, v in values.items()}
     lines = ["| setting | runs | A | ΔA vs reference [95% CI] | ΔB [95% CI] | C_mid ratio [95% CI] | separated from "
              "seed spread | ΔA's 95% CI, table-pooled spread |", "|---|---|---|---|---|---|---|---|"]
     for name, runs in settings.items():
@@ -253,9 +256,7 @@ def effects(rows: dict, groups: dict, dtype: dict) -> list[str]:
         cells, separated, pooled_a = [], [], "n/a"
         for q, v in values.items():
             x, y = [v[n] for n in runs if n in v], [v[n] for n in refs if n in v]
-            own = [g for g in (x, y) if len(g) > 1]  # this comparison's own seed spread, where it has one
-            sd, dof = (math.sqrt(sum(float(np.var(g, ddof=1)) * (len(g) - 1) for g in own) / sum(len(g) - 1
-                       for g in own)), sum(len(g) - 1 for g in own)) if own else spread[q]
+            sd, dof = own if (own := pooled_sd([x, y]))[1] else spread[q]  # this comparison's spread, or the table's
             if not x or not y or not dof:
                 cells.append("n/a")
                 continue

@@ -11,20 +11,18 @@ its evaluations) counts as a failure at every F.
 """
 import json
 import os
-import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 import config  # noqa: E402
+import study  # noqa: E402
 
 CUTS, TOLERANCE, LOOSE, MIN_R2 = (1.5, 2.0, 3.0), 0.02, 0.03, 0.5  # LOOSE: the README's earlier claims' tolerance
 
 
-def fits(logs: list[str], *extra: str) -> dict:
-    out = subprocess.run([sys.executable, os.path.join(ROOT, "fit_curve.py"), *logs, "--json", "--bootstrap", "0",
-                          *extra], capture_output=True, text=True)
-    return {r["file"]: r for r in map(json.loads, out.stdout.splitlines())}  # by log path, as given
+def fits(logs: list[str], *extra: str) -> dict:  # fit_curve.py's fits by log path (absolute: it runs in ROOT)
+    return {r["file"]: r for r in study.fit_curve([os.path.abspath(p) for p in logs], "--bootstrap", "0", *extra)}
 
 
 def main(paths: list[str]):
@@ -53,14 +51,13 @@ def main(paths: list[str]):
     print("|---|---|---|" + "---|" * len(CUTS))
     cut_fits = {f: fits(family, "--fit-to-cmid", str(f)) for f in CUTS}
     for path in family:
-        run, cells, r = name[path], [], whole.get(path)
+        run, cells, r = name[path], [], whole.get(os.path.abspath(path))
         for f in CUTS:
-            last = ((cut_fits[f].get(path) or {}).get("extrapolation") or [None])[-1]
-            ok = bool(r and r["r2"] >= MIN_R2 and last and abs(last["error"]) <= TOLERANCE
-                      and abs(last["error"]) < abs(last["persistence_error"]))
+            last = ((cut_fits[f].get(os.path.abspath(path)) or {}).get("extrapolation") or [None])[-1]
+            beats = bool(r and r["r2"] >= MIN_R2 and last and abs(last["error"]) < abs(last["persistence_error"]))
+            ok = beats and abs(last["error"]) <= TOLERANCE
             passed[f].append(ok)
-            loose[f].append(bool(r and r["r2"] >= MIN_R2 and last and abs(last["error"]) <= LOOSE
-                                 and abs(last["error"]) < abs(last["persistence_error"])))
+            loose[f].append(beats and abs(last["error"]) <= LOOSE)
             cells.append("no fit" if not last else f"{last['error']:+.3f} ({last['persistence_error']:+.3f})"
                          + (" pass" if ok else ""))
         head = f"{r['A']:.3f} | {r['r2']:.3f}" if r else "no fit | -"
