@@ -1,17 +1,15 @@
-"""The paper in miniature (§4-6) on the CPU toy: seeds of the default, the §5 axes, §6 leave-one-out rows and NPR
-over epochs; then sigmoid fits in completions drawn, whether a fit on the rise predicts the plateau, and each
-comparison pooled over its seeds. Each part takes at most 2 h with --jobs 2 on the 2-core machine (docs/study.md):
+"""The paper in miniature (§4-6) on the CPU toy: runs of the toy preset with one change each, sigmoid fits in
+completions drawn, whether a fit on the rise predicts the plateau, and each comparison pooled over its seeds. Each
+part takes at most 2 h with --jobs 2 on the 2-core machine (docs/study.md):
 
     python study.py --part seeds --jobs 2        # `python train.py` with seeds 0-2: the references
     python study.py --part axes-batch --jobs 2   # one part: PARTS["axes-batch"] (each part's comment says what)
-    python study.py --part axes --jobs 2         # a family of parts: every axes-* part (hours)
-    python study.py --part all --fit_only        # every table and figure from the logs there are; no training
-    python study.py --part all --fit_only --log_dir docs/logs/study-v2   # ... from the committed study's logs
+    python study.py --part all --fit_only --log_dir docs/logs/study-v3   # every table and figure from those logs
 
-Each run is `python train.py <flags> --run_name <name> --log_dir logs/study` with the toy's defaults. A run whose
-log holds its final evaluation is not run again; kill the script at any time and start it again: an interrupted
-run resumes from its last checkpoint; a progress line a minute. The parts of one family (seeds, loo, npr, hot, eval
-or axes) share logs/study/<family>.md, <family>-fits.json and docs/study-<family>.png (axes, eval: one a setting).
+Each run is `python train.py <flags> --run_name <name> --log_dir logs/study`; a finished run is not run again, an
+interrupted one resumes from its last checkpoint; a progress line a minute. A family's parts (seeds, loo, npr, hot,
+hot5, eval, axes) share <log_dir>/<family>.md, <family>-fits.json and docs/<log_dir's name>-<family>.png (axes, eval:
+one a setting). docs/logs/study-v3 holds today's toy's (CURRENT), docs/logs/study-v2 version 2's.
 """
 import argparse
 import collections
@@ -32,7 +30,8 @@ from pathlib import Path
 ROOT = os.path.dirname(os.path.abspath(__file__))
 LOG_DIR = os.path.join(ROOT, "logs", "study")
 OUT_DIR = os.path.join(ROOT, "out")
-DOCS_DIR = os.path.join(ROOT, "docs")  # the figures
+DOCS_DIR = os.path.join(ROOT, "docs")  # the figures, named FIG_STEM-<table>.png
+FIG_STEM = "study"  # --log_dir docs/logs/study-v3 draws docs/study-v3-*.png
 _children: list = []  # the train.py processes running now
 _stopping = threading.Event()  # set by SIGTERM: a lane whose run stopped takes no next one
 
@@ -42,16 +41,18 @@ def seeded(prefix: str, flags: list[str], seeds) -> dict:
     return {f"{prefix}-s{s}": [*flags, "--seed", str(s)] for s in seeds}
 
 
-# Every run is the plain toy preset (config.TOY) plus its own flags: the default's seeds are `python train.py`
+# Every run is the plain toy preset (config.TOY) plus its own flags: the default's seeds are `python train.py`. Parts
+# not CURRENT ran on the version-2 toy (its warm start: git 68153cd), today's preset with VERSION2: for refits only
+CURRENT, VERSION2 = ("seeds", "axes-batch", "hot5"), ["--max_steps", "250", "--think_min_tokens", "40",
+                                                     "--think_max_tokens", "48"]
 SEEDS = seeded("default", [], range(3))
 PARTS = {  # name -> flags, by part: each under 2 h with --jobs 2 on the 2-core machine (times in docs/study.md)
     "seeds": SEEDS,
     # paper §5 (Fig. 9): a longer thinking budget raises A. 56-64 tokens fit sums of up to 8 terms (toy.py)
     "axes-budget": seeded("budget64", ["--think_min_tokens", "56", "--think_max_tokens", "64"], range(2)),
     # paper §5 (Fig. 10): larger batches raise A; small ones look better early and are overtaken. Here 32 x 8
-    "axes-batch": seeded("batch256", ["--batch", "256"], range(2)),
-    # paper §5 (Fig. 1, Table 1): a larger model reaches a higher A. The toy (1.08M parameters) against toy-s (0.29M:
-    # half the width; 20x the steps, it is far slower) and toy-l (6.1M: 2x the width, 1.5x the depth), own warm starts
+    "axes-batch": seeded("batch256", ["--batch", "256", "--max_steps", "250"], range(3)),  # equal completions
+    # paper §5 (Fig. 1): a larger model reaches a higher A. The toy (1.08M parameters) against toy-s (0.29M) and toy-l
     "axes-size": seeded("small", ["--model", "toy-s", "--max_steps", "5000"], range(2)),
     "axes-large": seeded("large", ["--model", "toy-l"], range(2)),
     # paper §5 (A.13, Fig. 17): 8-32 generations a prompt at a fixed batch: curves "essentially unchanged"
@@ -71,26 +72,26 @@ PARTS = {  # name -> flags, by part: each under 2 h with --jobs 2 on the 2-core 
     "eval-warmup": seeded("warm5", ["--warmup_steps", "5"], range(2)),  # the early cut at 0.15 C_mid, not 0.6
     # half the learning rate, so a policy that swings less; the warm-up and the run twice as long, so the same cut
     "eval-lr": seeded("lr25", ["--lr", "2.5e-5", "--warmup_steps", "40", "--max_steps", "500"], range(5)),
-    # paper §3.2(a), Fig. 4b: under real off-policyness (PPO-off-policy-8, lags up to 7) CISPO beats DAPO;
-    # stale-s* is the reference (CISPO), loo-dapo-s* its DAPO row
+    # paper §3.2(a), Fig. 4b: at PPO-off-policy-8 (lags up to 7) CISPO beats DAPO; stale-s* is the reference (CISPO)
     "loo": {**seeded("stale", ["--mode", "ppo", "--k", "8"], range(2)),
             **seeded("loo-dapo", ["--mode", "ppo", "--k", "8", "--loss", "dapo"], range(2))},
-    # paper §3.2(d), Fig. 6b: No-Positive-Resampling needs epochs. A pool of 500 prompts: 250 steps x 16 prompts
-    # draw 4,000, 8 epochs (the paper's runs ~6.7); npr500-s* is the recipe (the reference), nonpr500-s* its LOO row
+    # paper §3.2(d), Fig. 6b: No-Positive-Resampling needs epochs: 500 prompts, 4,000 draws (the paper's ~6.7 epochs)
     "npr": {**seeded("npr500", ["--train_prompts", "500"], range(2)),
             **seeded("nonpr500", ["--train_prompts", "500", "--no_npr"], range(2))},
-    # paper §3.2(a) where the losses can differ: PPO-off-policy-8 at lr 2e-4, 4x the preset's, where the policy
-    # moves enough per generation for DAPO's clip to act (docs/study.md); hot-cispo-s* is the reference
+    # §3.2(a) where DAPO's clip acts: PPO-off-policy-8 at lr 2e-4 (version 2), 5e-4 (version 3: it clips 5-11%)
     "hot": {**seeded("hot-cispo", ["--mode", "ppo", "--k", "8", "--lr", "2e-4"], range(2)),
             **seeded("hot-dapo", ["--mode", "ppo", "--k", "8", "--lr", "2e-4", "--loss", "dapo"], range(2))},
+    "hot5": {**seeded("hot5-cispo", HOT5 := ["--mode", "ppo", "--k", "8", "--lr", "5e-4", "--max_steps", "250"],
+                      range(3)), **seeded("hot5-dapo", [*HOT5, "--loss", "dapo"], range(3))},
 }
 MIN_R2 = 0.5  # a fit explaining less of its evaluations' variance than this is no sigmoid: not judged, not pooled
 # the runs each table's rows are judged against, by name prefix
-REFERENCES = dict(seeds="default-", axes="default-", loo="stale-", npr="npr500-", hot="hot-cispo-", eval="eval2-")
+REFERENCES = dict(seeds="default-", axes="default-", loo="stale-", npr="npr500-", hot="hot-cispo-",
+                  hot5="hot5-cispo-", eval="eval2-")
 
 
 def family(part: str) -> str:
-    """The table a part's runs go in: seeds, loo, npr, hot, eval or axes."""
+    """The table a part's runs go in: seeds, loo, npr, hot, hot5, eval or axes."""
     return part.split("-")[0]
 
 
@@ -100,7 +101,9 @@ def runs_of(table: str) -> list[str]:  # every part of the table's family
 
 def flags_of(name: str) -> list[str]:
     """A run's flags in PARTS: its command line beyond train.py's toy preset."""
-    return next(part[name] for part in PARTS.values() if name in part)
+    part, own = next((p, PARTS[p][name]) for p in PARTS if name in PARTS[p])
+    pairs = [] if part in CURRENT else zip(VERSION2[::2], VERSION2[1::2])  # those its own flags leave alone
+    return [x for flag, value in pairs if flag not in own for x in (flag, value)] + own
 
 
 def records(name: str) -> list[dict]:
@@ -114,8 +117,12 @@ def target_steps(name: str) -> int:
     return config.parse_args(flags_of(name)).max_steps
 
 
-def finished(name: str) -> bool:
-    return any(r["kind"] == "eval" and r["step"] == target_steps(name) for r in records(name))
+def finished(name: str, logged: bool = False) -> bool:
+    """Its final evaluation is logged: at today's target step, or (logged) at its own run's (version 2 ran 250)."""
+    recs = records(name)
+    configs = [r["max_steps"] for r in recs if r["kind"] == "config"]  # a resumed run logs its config again
+    end = configs[-1] if logged and configs else target_steps(name)
+    return any(r["kind"] == "eval" and r["step"] == end for r in recs)
 
 
 def run(name: str, core: int | None = None) -> bool:
@@ -207,9 +214,9 @@ def staleness(name: str) -> dict:
             "at_bound": mean(lambda r: r["lag_hist"][k - 1]), "clipped": mean(lambda r: r["clip_frac"]), "k": k}
 
 
-def fit_curve(logs: list[str], *extra: str) -> list[dict]:
-    done = subprocess.run([sys.executable, "fit_curve.py", *logs, "--json", *extra], cwd=ROOT, capture_output=True)
-    return [json.loads(line) for line in done.stdout.splitlines()]
+def fit_curve(logs: list[str], *extra: str) -> list[dict]:  # fit_curve.py's fits, one dict a log
+    return [json.loads(line) for line in subprocess.run([sys.executable, "fit_curve.py", *logs, "--json", *extra],
+                                                        cwd=ROOT, capture_output=True).stdout.splitlines()]
 
 
 def setting(name: str) -> str:
@@ -225,15 +232,11 @@ def pooled_sd(groups: list[list[float]]) -> tuple[float, int]:  # over the group
 
 
 def effects(rows: dict, groups: dict, dtype: dict) -> list[str]:
-    """Each setting against its references, pooled over seeds: differences of the means of A and of B (at the common
-    A) and the ratio of C_mid, with 95% Student-t intervals from the seed spread of that comparison's own runs (the
-    setting's and its references'), so a verdict does not move when unrelated runs join; beside ΔA, the interval
-    from the spread pooled over every setting of the table with two or more seeds. A comparison whose own runs
-    give no spread (one run a side) takes the table's, and a lone run's own fit interval of A or C_mid where it is
-    wider (a slow fit with B near 1 is far less certain than the seeds). A run whose A is not
-    identified (95% interval wider than 0.1, or C_mid beyond the fit's window: it ends before its rise, so its B and
-    C_mid mean nothing either) is left out, and so is one whose fit explains less than MIN_R2 of its evaluations'
-    variance (no sigmoid: it collapsed or swung); one with A beyond the margin from the common A has no B to compare."""
+    """Each setting against its references, pooled over seeds: ΔA, ΔB (at the common A) and the ratio of C_mid with
+    95% Student-t intervals from the seed spread of the comparison's own runs (so a verdict does not move when
+    unrelated runs join), or the table's where they give none, widened to a lone run's own fit interval; beside ΔA,
+    the interval from the spread pooled over the table. Left out: a run whose A is not identified (interval wider
+    than 0.1, or C_mid beyond its window) or whose fit explains under MIN_R2 of its evaluations' variance."""
     import numpy as np
     from scipy import stats
     fitted = {n: r for n, r in rows.items() if r.get("A_ci") and r["A_ci"][1] - r["A_ci"][0] <= 0.1
@@ -348,9 +351,9 @@ def run_rows(names: list[str], rows: dict, halves: dict, verdicts: dict, unit: s
 
 def plot(table: str, table_runs: list, names: list, logs: list, ref: list, suffix: str, x: str, dtype: dict):
     """One figure for the seeds and the LOO rows; axes and eval: one a setting (its runs, its dtype's references)."""
-    plots = {} if table in ("axes", "eval") else {f"study-{table}{suffix}.png": logs}
+    plots = {} if table in ("axes", "eval") else {f"{FIG_STEM}-{table}{suffix}.png": logs}
     if table in ("axes", "eval"):
-        stem = "study-axis" if table == "axes" else "study-eval"
+        stem = f"{FIG_STEM}-axis" if table == "axes" else f"{FIG_STEM}-eval"
         for axis in dict.fromkeys(n.split("-")[0] for n in table_runs if n not in ref):
             runs = [n for n in names if n.startswith(axis + "-")]
             if runs:  # an axis with no run yet gets no figure
@@ -390,12 +393,12 @@ def fit(table: str, margin: float = 0.02, x: str = "samples"):
     # not .jsonl: `fit_curve.py logs/study/*.jsonl` must not read it
     Path(LOG_DIR, f"{table}{suffix}-fits.json").write_text(json.dumps(list(rows.values()), indent=1))
     groups = {}  # dtype -> the reference runs with a fit: a row is judged against those of its own dtype
-    done = {n: r for n, r in rows.items() if finished(n)}  # a run still training is shown, but judges nothing
+    done = {n: r for n, r in rows.items() if finished(n, logged=True)}  # one still running is shown, judges none
     for n in [n for n in ref if n in done]:
         groups.setdefault(dtype[n], []).append(rows[n])
     verdicts = {n: "unfinished" if n not in done else "reference" if n in ref
                 else verdict(rows[n], groups.get(dtype[n], []), margin) for n in names if n in rows}
-    stale_cols = table in ("loo", "hot")  # the LOO rows' staleness: lags, and the tokens the loss clips
+    stale_cols = table in ("loo", "hot", "hot5")  # the LOO rows' staleness: lags, and the tokens the loss clips
     lines = run_rows(names, rows, halves, verdicts, unit, stale_cols)
     refs = "; ".join(f"{', '.join(r['run'] for r in g)} ({d}, A mean {sum(r['A'] for r in g) / len(g):.3f})"
                      for d, g in groups.items()) or f"no {REFERENCES[table]}* run has a fit"
@@ -415,31 +418,28 @@ def fit(table: str, margin: float = 0.02, x: str = "samples"):
 
 
 def main(argv=None):
-    global LOG_DIR
+    global LOG_DIR, FIG_STEM
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--part", choices=list(dict.fromkeys([*PARTS, *map(family, PARTS), "all"])), default="seeds",
-                    help="which runs (default: seeds); axes runs every axes-* part (hours); all: every table "
-                         "(--fit_only)")
-    ap.add_argument("--log_dir", default=LOG_DIR, help="the runs' logs and the tables (default logs/study; the "
-                    "committed version-2 study: docs/logs/study-v2)")
+                    help="which runs (default: seeds); axes: every axes-* part (hours); all: every table (--fit_only)")
+    ap.add_argument("--log_dir", default=LOG_DIR, help="logs and tables (default logs/study; see docs/logs/study-v3)")
     ap.add_argument("--runs", default=None, help="comma-separated run names from any part, run in this order "
                     "(default: all of --part); the table is still that of --part")
     ap.add_argument("--fit_only", action="store_true", help="skip training; fit the logs that exist")
-    ap.add_argument("--x", default="samples", choices=["gpu_hours", "samples"], help="compute axis: samples "
-                    "(completions drawn: the same on every machine, blind to a recipe's cost per completion) or "
-                    "gpu_hours (device-hours, with each run's machine's speed and load: files get a -gpu_hours suffix)")
+    ap.add_argument("--x", default="samples", choices=["gpu_hours", "samples"], help="compute axis: samples (drawn; "
+                    "blind to cost per completion) or gpu_hours (device-hours: files get a -gpu_hours suffix)")
     ap.add_argument("--jobs", type=int, default=1, choices=[1, 2],
-                    help="runs at a time; 2 pins each run to its own core (on 2 cores: more runs per hour, and "
-                         "every run sees the same 1-core machine, so their device-hours stay comparable)")
+                    help="runs at a time; 2 pins each run to its own core (device-hours stay comparable)")
     args = ap.parse_args(argv)
     LOG_DIR = os.path.abspath(args.log_dir)
+    FIG_STEM = base if (base := os.path.basename(LOG_DIR)).startswith("study") else "study"
     if args.part == "all" and (not args.fit_only or args.runs is not None):
         ap.exit(2, "error: --part all fits every table: use it with --fit_only and without --runs\n")
     if os.path.exists(LOG_DIR) and not os.path.isdir(LOG_DIR):
         ap.exit(2, f"error: --log_dir {args.log_dir} is not a folder\n")
-    names = [n for n in (args.runs or "").split(",") if n] or list(PARTS.get(args.part) or runs_of(args.part))
     if args.runs is not None and not any(args.runs.split(",")):
         ap.exit(2, f"error: --runs {args.runs!r} names no run\n")
+    names = [n for n in (args.runs or "").split(",") if n] or list(PARTS.get(args.part) or runs_of(args.part))
     if unknown := [n for n in names if not any(n in part for part in PARTS.values())]:
         ap.exit(2, f"error: unknown runs {unknown}; choose from {', '.join(n for p in PARTS.values() for n in p)}\n")
     ok = True

@@ -6,15 +6,15 @@ runs the whole loop on a laptop CPU with no download.
     python toy.py --build          # rebuild it from the teacher: is this machine's build the shipped one?
 
 The task (paper §2 in miniature): a sum of 3 to 9 single-digit terms answered after a <think> scratchpad of
-running sums, under a thinking budget that fits sums of up to 6 terms (which sets the ceiling A), e.g.
+running sums, under a thinking budget that fits every sum's scratchpad, e.g.
 
     prompt      <|user|>Add: 7+5+9<|assistant|><think>
     completion  7+5=12 12+9=21 </think>\\boxed{21}<|endoftext|>
 
 The model is a ~1M-parameter Qwen2 with a byte-level BPE tokenizer (digits split one per token), both built
 here, saved in Hugging Face format (so transformers and vLLM load them), and given a short supervised warm
-start from a teacher that slips, so RL starts from a low pass rate that falls with the number of terms, as the
-paper starts RL from an SFT model, and learns not to slip.
+start from a teacher that slips more the larger its running sum, so RL starts from a pass rate that falls with the
+number of terms, as the paper starts RL from an SFT model, and learns not to slip: on long sums, from rare successes.
 """
 import hashlib
 import json
@@ -31,37 +31,38 @@ from rewards import EOS, INTERRUPT_PHRASE, MATH_INSTRUCTION, THINK_END, THINK_ST
 # --- the task ---------------------------------------------------------------------------------------------------
 # A ladder of difficulty (paper §2: a pass rate that RL raises over a decade of compute). A problem has 3 to 9 terms,
 # as many of each; the concise scratchpad costs 7-8 tokens a step ("12+9=21 ", digits one token each), so 3 terms
-# need ~15 thinking tokens and 9 terms ~62. The toy's thinking budget (config.TOY: 40-48 tokens, then the forced
-# "time is up" phrase and 7 answer tokens, room for \boxed{NN} and EOS only) fits every solution of up to 6 terms,
-# some of 7 and none of 8-9: that is the ceiling A, about 4.5/7 plus what the policy learns to guess after an
-# interruption. Completions vary several-fold in length: the stragglers that PipelineRL is for (§3.1).
+# need ~15 thinking tokens and 9 terms ~62. The toy's thinking budget (config.TOY: 72-80 tokens, then the forced
+# "time is up" phrase and 7 answer tokens, room for \\boxed{NN} and EOS only) fits every scratchpad, so it cuts only
+# stragglers and the ceiling A is what RL learns, not what the budget allows (version 2's 40-48 tokens capped A:
+# docs/study-v2.md). Completions vary several-fold in length: the stragglers that PipelineRL is for (§3.1).
 TOY_TERMS = (3, 9)
 TOY_MAX_OPERAND = 9
 # prompts, as many of each length; validation is held out and never trained on. There are only 729 distinct 3-term
-# sums, so the training pool is 7 x 500: a default run (200 steps x 16 prompts) draws 3,200, under an epoch
+# sums, so the training pool is 7 x 500: a default run (500 steps x 16 prompts) draws 8,000, 2.3 epochs
 TOY_NUM_TRAIN, TOY_NUM_VAL = 3500, 1000
 TOY_SFT_STEPS, TOY_SFT_BATCH, TOY_SFT_LR = 600, 64, 2e-3  # supervised warm start
-# What RL learns, and why the rise spans a decade. The warm start imitates a sloppy teacher: each running sum
-# slips by 1-3 with probability TOY_SFT_SLIP_RATE, so the warm start slips about as often, and an n-term problem
-# comes out right only when all n-1 steps do, ~(1 - slip)^(n-1): 0.56 for 3 terms, 0.24 for 6. RL learns not to
-# slip; as the per-step accuracy q climbs, short problems saturate first and long ones later (q^2 is half-way at
-# q = 0.71, q^5 at q = 0.87), so the gain arrives over a decade of compute instead of in one step, and the ceiling
-# is what RL reaches, not what the warm start knew (docs/study.md). TOY_SFT_CHECK_RATE (each step checked by its
-# inverse subtraction, 12-16 tokens a step) is a knob for a verbose teacher, which the budget then punishes.
-TOY_SFT_SLIP_RATE = 0.25
+# What RL learns, and why A is set by learning (docs/study.md). The warm start imitates a sloppy teacher whose running
+# sums slip by 1-3 the more often the larger they are: 5% below 20, 50% from 20 and 80% from 40. Short sums never
+# reach 20 and long ones end above 40, so the skill RL must find (adding to a large running sum) shows only in long
+# sums, where the warm start rarely succeeds: as its teacher, 0.81 on 3 terms, 0.13 on 9 (`python toy.py
+# --accuracy`; some slips cancel). RL learns it from the successes it samples, so how far it gets in a run depends
+# on how many it finds and how well it learns from them. TOY_SFT_CHECK_RATE (each step checked by its inverse
+# subtraction, 12-16 tokens a step) is a knob for a verbose teacher.
+TOY_SFT_SLIP = ((0, 0.05), (20, 0.5), (40, 0.8))
 TOY_SFT_CHECK_RATE = 0.0
 
 
-def toy_problem(rng: random.Random, slip_rate: float = 0.0, check_rate: float = 0.0) -> dict:
-    """A sum of 3-9 single-digit terms; "solution" is a scratchpad of running sums, each slipping by 1-3 with
-    slip_rate, and with probability check_rate each step checked by its inverse subtraction."""
+def toy_problem(rng: random.Random, slip: tuple = ((0, 0.0),), check_rate: float = 0.0) -> dict:
+    """A sum of 3-9 single-digit terms; "solution" is a scratchpad of running sums, each slipping by 1-3 with the
+    probability slip gives it, pairs (running sum from, rate), e.g. ((0, 0.05), (20, 0.5)): 0.05 below 20, 0.5
+    from 20; and with probability check_rate each step checked by its inverse subtraction."""
     n = rng.randint(*TOY_TERMS)
     terms = [rng.randint(1, TOY_MAX_OPERAND) for _ in range(n)]
     steps, running = [], terms[0]
     check = rng.random() < check_rate  # drawn for every problem, so the splits do not depend on check_rate
     for t in terms[1:]:
         result = running + t
-        if rng.random() < slip_rate:
+        if rng.random() < [rate for start, rate in slip if running >= start][-1]:
             result = max(0, result + rng.choice([-3, -2, -1, 1, 2, 3]))
         steps.append(f"{running}+{t}={result}" + (f" {result}-{t}={running}" if check else ""))
         running = result
@@ -139,8 +140,8 @@ def build_toy_tokenizer():
 
 def _toy_spec_hash(name: str) -> str:
     spec = dict(MODELS[name], tied=False, terms=(TOY_TERMS, TOY_MAX_OPERAND),
-                sft=(TOY_SFT_STEPS, TOY_SFT_BATCH, TOY_SFT_LR, TOY_SFT_SLIP_RATE, TOY_SFT_CHECK_RATE),
-                template=CHAT_TEMPLATE, phrase=INTERRUPT_PHRASE, version=2)
+                sft=(TOY_SFT_STEPS, TOY_SFT_BATCH, TOY_SFT_LR, TOY_SFT_SLIP, TOY_SFT_CHECK_RATE),
+                template=CHAT_TEMPLATE, phrase=INTERRUPT_PHRASE, version=3)
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:10]
 
 
@@ -160,11 +161,11 @@ REFERENCE_ISA_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "
 # The reference warm start ships with the code (warm_start/, 4.3 MB), so every machine trains from the same weights
 # and the first run builds nothing. Its sha256 is checked on every load: a damaged or edited file is refused, never
 # trained from. It is the build of the 2-core AMD EPYC (Zen 4) this project measures on (torch 2.13.0+cpu,
-# transformers 5.19.0, kernels held to AVX2); a 2-core Intel Xeon with AVX512-BF16 built 1f3a91a9... under the same
-# hold, the start of docs/study.md's version-2 tables. `python toy.py --build` rebuilds it from the teacher and says
+# transformers 5.19.0, kernels held to AVX2); a 2-core Intel Xeon with AVX512-BF16 built another under the same
+# hold (version 2's 1f3a91a9..., the start of docs/study-v2.md's tables). `python toy.py --build` rebuilds it from the teacher and says
 # whether this machine's build equals the shipped one. toy-s and toy-l are built on first use (no reference).
 SHIPPED_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "warm_start")
-REFERENCE_SHA256 = {"toy": "60fecc56117010384cea0681ea51cee57b3eac690744579851a3fda697b1713c"}
+REFERENCE_SHA256 = {"toy": "91fd0515de0ac63f113f36687cbdb2e739384a0867d4057086375773316c5b33"}
 
 
 def reference_isa_env() -> dict:
@@ -231,7 +232,7 @@ def build_here(out_dir: str, name: str = "toy", log=print) -> str:
     for step in range(TOY_SFT_STEPS):
         seqs, masks = [], []
         for _ in range(TOY_SFT_BATCH):
-            p = toy_problem(rng, TOY_SFT_SLIP_RATE, TOY_SFT_CHECK_RATE)
+            p = toy_problem(rng, TOY_SFT_SLIP, TOY_SFT_CHECK_RATE)
             prompt = format_prompt(tokenizer, p["prompt"])
             target = tokenizer(p["solution"], add_special_tokens=False)["input_ids"] + [eos]
             seqs.append(prompt + target)
@@ -289,6 +290,21 @@ def warm_start_accuracy(path: str, num_prompts: int = 70, samples: int = 4) -> d
     return result
 
 
+def by_terms(path: str) -> dict:
+    """{number of terms: (share correct, completions)} of an evaluate.py completions file (JSON lines with "prompt"
+    and "reward"): what RL learned, family by family. ValueError, one line, for a file that is not one."""
+    counts = {}
+    with open(path) as f:
+        for i, line in enumerate(f, 1):
+            try:
+                row = json.loads(line)
+                n, right = num_terms(row["prompt"]), row["reward"] > 0
+            except (ValueError, KeyError, TypeError, AttributeError):
+                raise ValueError(f"{path}:{i} is not a line of evaluate.py's completions") from None
+            counts.setdefault(n, []).append(right)
+    return {n: (sum(c) / len(c), len(c)) for n, c in sorted(counts.items())}
+
+
 if __name__ == "__main__":
     import argparse
     ap = argparse.ArgumentParser(description="Print the toy model's folder: the shipped warm start, verified, or "
@@ -298,9 +314,18 @@ if __name__ == "__main__":
     ap.add_argument("--accuracy", action="store_true", help="also print its accuracy by number of terms, no budget")
     ap.add_argument("--build", action="store_true", help="rebuild the warm start from the teacher into --out_dir "
                     "(held to AVX2, minutes) and say whether it equals the shipped one")
+    ap.add_argument("--by_terms", nargs="+", metavar="JSONL", help="print the pass rate by number of terms of "
+                    "evaluate.py completion files (e.g. docs/logs/study-v3/evals/*.jsonl) and exit")
     ap.add_argument("--build_here", action="store_true", help="build in this process with its own kernels "
                     "(what build_toy_model runs in a child held to AVX2)")
     args = ap.parse_args()
+    if args.by_terms:
+        for file in args.by_terms:
+            try:
+                print(file + ": " + " ".join(f"{n} terms {acc:.3f} ({k})" for n, (acc, k) in by_terms(file).items()))
+            except (OSError, ValueError) as e:
+                sys.exit(f"error: {getattr(e, 'strerror', None) and f'{file}: {e.strerror}' or e}")
+        sys.exit(0)
     if args.build_here:
         build_here(args.out_dir, args.model, log=lambda line: print(line, flush=True))  # a parent may log to a file
         sys.exit(0)

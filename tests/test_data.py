@@ -40,7 +40,7 @@ def test_toy_solution_is_graded_correct_and_slips_are_wrong():
         for _ in range(200):
             p = toy.toy_problem(rng, check_rate=check_rate)
             assert reward(p["solution"], p["answer"]) == 1.0
-    slipped = [toy.toy_problem(random.Random(i), slip_rate=1.0) for i in range(200)]
+    slipped = [toy.toy_problem(random.Random(i), slip=((0, 1.0),)) for i in range(200)]
     # every running sum slips; slips can cancel over several steps, but rarely
     assert sum(reward(p["solution"], p["answer"]) == -1.0 for p in slipped) > 0.7 * len(slipped)
 
@@ -54,13 +54,18 @@ def test_toy_splits_hold_as_many_problems_of_every_length():
 
 def test_the_warm_start_slips_as_its_teacher_does_and_long_sums_are_rarely_right(toy_path):
     """What RL has to learn (toy.py): with no budget to interrupt it, the warm start adds and copies, but slips a
-    running sum about as often as its teacher (TOY_SFT_SLIP_RATE), so its accuracy falls with the number of terms,
-    near (1 - slip)^(n - 1). A warm start that had not learned to add would score far below that for short sums; one
-    that had learned not to slip, far above it for long ones, leaving RL nothing to learn."""
+    running sum about as often as its teacher does (TOY_SFT_SLIP: more often the larger the sum), so it is right
+    about as often as the teacher on each number of terms, most of the time on 3 and rarely on 9. A warm start that
+    had not learned to add would score far below the teacher on short sums; one that had learned not to slip, far
+    above it on long ones, leaving RL nothing to learn."""
     accuracy = toy.warm_start_accuracy(toy_path, num_prompts=40, samples=2)
-    q = 1 - toy.TOY_SFT_SLIP_RATE
-    assert accuracy[3] >= q**2 - 0.15 and accuracy[9] <= 0.35, accuracy
-    assert accuracy[3] > accuracy[6] > accuracy[9], accuracy
+    rng, teacher = random.Random(5), {}
+    for _ in range(20000):
+        p = toy.toy_problem(rng, toy.TOY_SFT_SLIP)
+        teacher.setdefault(toy.num_terms(p["prompt"]), []).append(rewards.final_answer(p["solution"]) == p["answer"])
+    for n in (3, 9):
+        assert abs(accuracy[n] - sum(teacher[n]) / len(teacher[n])) <= 0.15, (n, accuracy)
+    assert accuracy[3] > accuracy[6] > accuracy[9] and accuracy[9] <= 0.25, accuracy
 
 
 def test_the_warm_start_is_built_with_kernels_held_to_avx2():
@@ -121,26 +126,18 @@ def test_a_warm_start_that_is_not_the_reference_build_is_named(tmp_path, toy_pat
     assert len(notes) == 1 and "not the reference build" in notes[0], notes
 
 
-def test_the_budget_sets_the_ceiling(tokenizer):
-    """What sets A (toy.py): the toy's thinking budget (drawn from 40-48 per request) fits every solution of up to 6
-    terms, some of 7, and of 8 or 9 only those that exactly fill the top of the range."""
+def test_the_budget_fits_every_scratchpad(tokenizer):
+    """What does not set A (toy.py): the toy's thinking budget (drawn from 72-80 per request) fits the teacher's
+    scratchpad of every sum, slips included, so only a policy that wanders past it is cut."""
     import config
-    least, most = config.TOY["think_min_tokens"], config.TOY["think_max_tokens"]
+    least = config.TOY["think_min_tokens"]
 
     def thinking_tokens(p):  # the scratchpad up to and including </think>
         return len(tokenizer(p["solution"].split(rewards.THINK_END)[0] + rewards.THINK_END,
                              add_special_tokens=False)["input_ids"])
-    rng, seven = random.Random(0), []
-    for _ in range(500):
-        p = toy.toy_problem(rng)
-        n = toy.num_terms(p["prompt"])
-        if n <= 6:
-            assert thinking_tokens(p) <= least
-        elif n == 7:
-            seven.append(thinking_tokens(p))
-        else:
-            assert thinking_tokens(p) >= most
-    assert min(seven) <= most and max(seven) > least
+    rng = random.Random(0)
+    longest = max(thinking_tokens(toy.toy_problem(rng, toy.TOY_SFT_SLIP)) for _ in range(2000))
+    assert 60 <= longest <= least, longest  # a 9-term sum needs ~62
 
 
 def test_grader_reads_only_the_final_answer_after_thinking():

@@ -49,8 +49,8 @@ def test_each_axis_changes_one_thing_against_the_seeds():
 
 def test_every_run_has_one_part_and_every_part_one_table():
     assert len(RUNS) == len(set(RUNS))
-    assert {study.family(p) for p in study.PARTS} == set(study.REFERENCES) == {"seeds", "loo", "npr", "hot", "axes",
-                                                                             "eval"}
+    assert {study.family(p) for p in study.PARTS} == set(study.REFERENCES) == {"seeds", "loo", "npr", "hot", "hot5",
+                                                                             "axes", "eval"}
     assert sorted(n for t in study.REFERENCES for n in study.runs_of(t)) == sorted(RUNS)
     for table, prefix in study.REFERENCES.items():  # every table judges against runs it holds or the seeds
         assert any(n.startswith(prefix) for n in [*study.SEEDS, *study.runs_of(table)]), table
@@ -59,8 +59,9 @@ def test_every_run_has_one_part_and_every_part_one_table():
 def test_the_eval_runs_change_the_evaluation_the_warmup_or_the_learning_rate_only():
     """The eval table asks what lets a fit on the rise predict the plateau: its runs are the plain command (eval2-s*)
     with 8 samples a prompt (eval8-s*: training is the seeds'), a 5-step warm-up (warm5-s*: the early cut moves) or
-    half the learning rate with the warm-up and the run twice as long (lr25-s*: the cut stays at the same C_mid)."""
-    plain = config.to_dict(config.parse_args([]))
+    half the learning rate with the warm-up and the run twice as long (lr25-s*: the cut stays at the same C_mid).
+    They ran on the version-2 toy, whose preset is today's with study.VERSION2."""
+    plain = config.to_dict(config.parse_args(study.VERSION2))
     changed = {"eval8": {"eval_samples"}, "eval2": set(), "warm5": {"warmup_steps"},
                "lr25": {"lr", "warmup_steps", "max_steps"}}
     assert {study.setting(n) for n in study.runs_of("eval")} == set(changed)
@@ -145,7 +146,8 @@ def test_unknown_run_is_one_line_and_exit_2():
 def test_a_run_is_finished_at_the_presets_max_steps():
     """Raising the toy's max_steps makes a finished run unfinished again, so study.py resumes it to the new end."""
     assert study.target_steps("default-s0") == config.TOY["max_steps"]
-    assert study.target_steps("budget64-s0") == config.TOY["max_steps"]
+    assert study.target_steps("batch256-s0") == 250  # its own flags: as many completions as the default's 500 steps
+    assert study.target_steps("budget64-s0") == 250  # version 2's preset (study.VERSION2)
     assert config.parse_args([*study.flags_of("default-s0"), "--max_steps", "7"]).max_steps == 7
 
 
@@ -178,19 +180,19 @@ def test_an_axis_is_judged_against_the_seeds(tmp_path, monkeypatch, batch_axis):
     each axis gets its figure, and the half-compute prediction of a clean sigmoid is close."""
     monkeypatch.setattr(study, "LOG_DIR", str(tmp_path))
     monkeypatch.setattr(study, "DOCS_DIR", str(tmp_path))
-    steps = config.TOY["max_steps"]
+    steps, short = config.TOY["max_steps"], study.target_steps("budget64-s0")  # budget64 ran on version 2's preset
     _write_log(tmp_path / "default-s0.jsonl", "default-s0", steps)
-    _write_log(tmp_path / "budget64-s0.jsonl", "budget64-s0", steps, a=0.8)
+    _write_log(tmp_path / "budget64-s0.jsonl", "budget64-s0", short, a=0.8)
     _write_log(tmp_path / "batch256-s0.jsonl", "batch256-s0", steps)
     # flat at the seeds' level, still creeping at its end: its A cannot be told apart from theirs
     _write_log(tmp_path / "batch256-s1.jsonl", "batch256-s1", steps, curve=lambda step: 0.64 + 0.01 * step / steps)
     # still rising steadily at its end: the fit may pin A at 1
-    _write_log(tmp_path / "budget64-s1.jsonl", "budget64-s1", steps, curve=lambda step: 0.05 + 0.3 * step / steps)
+    _write_log(tmp_path / "budget64-s1.jsonl", "budget64-s1", short, curve=lambda step: 0.05 + 0.3 * step / short)
     study.fit("axes")
     rows = {line.split("|")[1].strip(): line for line in (tmp_path / "axes.md").read_text().splitlines()
             if line.startswith("| ")}
     assert "not identified" in rows["budget64-s1"], rows["budget64-s1"]
-    last = 0.05 + 0.3 + 0.004 * math.sin(steps)  # its last evaluation is still shown, though no fit predicts it
+    last = 0.05 + 0.3 + 0.004 * math.sin(short)  # its last evaluation is still shown, though no fit predicts it
     assert f"| {last:.3f} ± 0.004 |" in rows["budget64-s1"], rows["budget64-s1"]
     assert "higher A" in rows["budget64-s0"] and "same A" in rows["batch256-s0"]
     assert "higher A" not in rows["batch256-s1"] and "lower A" not in rows["batch256-s1"], rows["batch256-s1"]
@@ -304,7 +306,7 @@ def test_a_setting_judged_on_one_run_is_as_uncertain_as_that_runs_own_fit(tmp_pa
     for name, a in [("default-s0", 0.650), ("default-s1", 0.652), ("default-s2", 0.651), ("batch256-s0", 0.650),
                     ("batch256-s1", 0.652)]:
         _write_log(tmp_path / f"{name}.jsonl", name, steps, a=a)
-    _write_log(tmp_path / "budget64-s0.jsonl", "budget64-s0", steps, a=0.675, b=0.8)
+    _write_log(tmp_path / "budget64-s0.jsonl", "budget64-s0", study.target_steps("budget64-s0"), a=0.675, b=0.8)
     study.fit("axes")
     text = (tmp_path / "axes.md").read_text()
     own = next(line for line in text.splitlines() if line.startswith("| budget64-s0 "))
@@ -312,7 +314,8 @@ def test_a_setting_judged_on_one_run_is_as_uncertain_as_that_runs_own_fit(tmp_pa
     pooled = next(line for line in text.split("pooled over its seeds")[1].splitlines()
                   if line.startswith("| budget64 "))
     lo, hi = (float(x) for x in pooled.split("|")[4].split("[")[1].rstrip("] ").split(","))
-    ref = (0.650 + 0.652 + 0.651) / 3
+    ref = sum(float(line.split("|")[3].split("[")[0]) for line in text.splitlines()  # the seeds' fitted A
+              if line.startswith("| default-s")) / 3
     assert own_hi - own_lo > 0.03 and own_lo < ref < own_hi, own
     assert lo == pytest.approx(own_lo - ref, abs=0.002) and hi == pytest.approx(own_hi - ref, abs=0.002), pooled
     assert lo < 0 < hi and "A" not in pooled.split("|")[-3], pooled

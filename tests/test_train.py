@@ -256,8 +256,8 @@ def test_evaluations_are_log_spaced_where_asked():
     step always. eval_growth 1 is the paper's even spacing."""
     import config
     toy = sorted(config.parse_args([]).eval_steps())
-    assert toy[:12] == [0, 2, 4, 6, 8, 10, 12, 15, 18, 22, 27, 33] and toy[-1] == 250 and len(toy) == 23
-    assert all(b >= max(a + 2, 1.2 * a) or b == 250 for a, b in zip(toy, toy[1:]))
+    assert toy[:12] == [0, 2, 4, 6, 8, 10, 12, 15, 18, 22, 27, 33] and toy[-1] == 500 and len(toy) == 27
+    assert all(b >= max(a + 2, 1.2 * a) or b == 500 for a, b in zip(toy, toy[1:]))
     even = config.parse_args(["--eval_growth", "1", "--eval_every", "30", "--max_steps", "200"]).eval_steps()
     assert sorted(even) == [0, 30, 60, 90, 120, 150, 180, 200]
     assert config.parse_args(["--eval_every", "-1"]).eval_steps() == set()
