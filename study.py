@@ -90,8 +90,7 @@ REFERENCES = dict(seeds="default-", axes="default-", loo="stale-", npr="npr500-"
                   hot5="hot5-cispo-", eval="eval2-")
 
 
-def family(part: str) -> str:
-    """The table a part's runs go in: seeds, loo, npr, hot, hot5, eval or axes."""
+def family(part: str) -> str:  # the table a part's runs go in: seeds, loo, npr, hot, hot5, eval or axes
     return part.split("-")[0]
 
 
@@ -127,6 +126,8 @@ def finished(name: str, logged: bool = False) -> bool:
 
 def run(name: str, core: int | None = None) -> bool:
     """Run (or resume) one run, pinned to `core` if given (so two share 2 cores without fighting); True if it ended."""
+    if finished(name):  # since the queue was made (another study.py ran it): a resume would evaluate its end again
+        return True
     cmd = [sys.executable, "train.py", *flags_of(name), "--run_name", name, "--log_dir", LOG_DIR]
     if glob.glob(os.path.join(OUT_DIR, name, "ckpt-[0-9]*[0-9]")):
         cmd.append("--resume")
@@ -219,8 +220,7 @@ def fit_curve(logs: list[str], *extra: str) -> list[dict]:  # fit_curve.py's fit
                                                         cwd=ROOT, capture_output=True).stdout.splitlines()]
 
 
-def setting(name: str) -> str:
-    """A run's name without its seed: "batch64-s1" -> "batch64", "model-s-s0" -> "model-s", "loo-dapo" as is."""
+def setting(name: str) -> str:  # a run's name without its seed: "batch64-s1" -> "batch64", "loo-dapo" as is
     return re.sub(r"-s\d+$", "", name)
 
 

@@ -417,3 +417,13 @@ def test_sigterm_stops_the_running_train_py_too(tmp_path):
         except ProcessLookupError:
             alive = False
         assert not alive
+
+
+def test_a_run_finished_while_queued_is_not_run_again(tmp_path, monkeypatch):
+    """Two study.py processes may queue the same run; the one that comes to it second finds its final evaluation
+    logged and starts nothing (before, it resumed at the end and logged the last evaluation twice)."""
+    monkeypatch.setattr(study, "LOG_DIR", str(tmp_path))
+    _write_log(tmp_path / "default-s1.jsonl", "default-s1", config.TOY["max_steps"])
+    before = (tmp_path / "default-s1.jsonl").read_bytes()
+    assert study.run("default-s1") is True
+    assert not (tmp_path / "default-s1.out").exists() and (tmp_path / "default-s1.jsonl").read_bytes() == before
