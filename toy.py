@@ -162,8 +162,8 @@ REFERENCE_ISA_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "
 # and the first run builds nothing. Its sha256 is checked on every load: a damaged or edited file is refused, never
 # trained from. It is the build of the 2-core AMD EPYC (Zen 4) this project measures on (torch 2.13.0+cpu,
 # transformers 5.19.0, kernels held to AVX2); a 2-core Intel Xeon with AVX512-BF16 built another under the same
-# hold (version 2's 1f3a91a9..., the start of docs/study-v2.md's tables). `python toy.py --build` rebuilds it from the teacher and says
-# whether this machine's build equals the shipped one. toy-s and toy-l are built on first use (no reference).
+# hold (version 2's 1f3a91a9..., the start of docs/study-v2.md's tables). `python toy.py --build` rebuilds it from
+# the teacher and says whether this machine's build equals the shipped one. toy-s and toy-l are built on first use.
 SHIPPED_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "warm_start")
 REFERENCE_SHA256 = {"toy": "91fd0515de0ac63f113f36687cbdb2e739384a0867d4057086375773316c5b33"}
 
