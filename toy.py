@@ -323,8 +323,10 @@ if __name__ == "__main__":
         for file in args.by_terms:
             try:
                 print(file + ": " + " ".join(f"{n} terms {acc:.3f} ({k})" for n, (acc, k) in by_terms(file).items()))
-            except (OSError, ValueError) as e:
-                sys.exit(f"error: {getattr(e, 'strerror', None) and f'{file}: {e.strerror}' or e}")
+            except OSError as e:
+                sys.exit(f"error: {file}: {e.strerror}")
+            except ValueError as e:
+                sys.exit(f"error: {e}")
         sys.exit(0)
     if args.build_here:
         build_here(args.out_dir, args.model, log=lambda line: print(line, flush=True))  # a parent may log to a file
