@@ -37,9 +37,11 @@ from rewards import EOS, INTERRUPT_PHRASE, MATH_INSTRUCTION, THINK_END, THINK_ST
 # docs/study-v2.md). Completions vary several-fold in length: the stragglers that PipelineRL is for (§3.1).
 TOY_TERMS = (3, 9)
 TOY_MAX_OPERAND = 9
-# prompts, as many of each length; validation is held out and never trained on. There are only 729 distinct 3-term
-# sums, so the training pool is 7 x 500: a default run (500 steps x 16 prompts) draws 8,000, 2.3 epochs
-TOY_NUM_TRAIN, TOY_NUM_VAL = 3500, 1000
+# prompts of each length; validation (as many of each length) is held out and never trained on. The training pool is
+# large enough that No-Positive-Resampling cannot exhaust it in a long run: 2,000 of each length but 3 terms, which
+# has only 729 distinct sums (half of them, 364). A default run (500 steps x 16 prompts) draws 8,000 of the 12,364.
+# Version 3's 3,500 ran out at step ~615 of a run resumed past 500 (docs/study.md).
+TOY_TRAIN_PER_LENGTH, TOY_NUM_VAL = 2000, 1000
 TOY_SFT_STEPS, TOY_SFT_BATCH, TOY_SFT_LR = 600, 64, 2e-3  # supervised warm start
 # What RL learns, and why A is set by learning (docs/study.md). The warm start imitates a sloppy teacher whose running
 # sums slip by 1-3 the more often the larger they are: 5% below 20, 50% from 20 and 80% from 40. Short sums never
@@ -74,14 +76,21 @@ def num_terms(prompt: str) -> int:
     return prompt.count("+") + 1
 
 
+def toy_quota(split: str) -> dict[int, int]:
+    """Prompts of each number of terms in a split: validation TOY_NUM_VAL spread evenly, training
+    TOY_TRAIN_PER_LENGTH of each length, at most half the distinct sums of that length."""
+    lengths = range(TOY_TERMS[0], TOY_TERMS[1] + 1)
+    if split == "val":
+        return {k: TOY_NUM_VAL // len(lengths) + (i < TOY_NUM_VAL % len(lengths)) for i, k in enumerate(lengths)}
+    return {k: min(TOY_TRAIN_PER_LENGTH, TOY_MAX_OPERAND ** k // 2) for k in lengths}
+
+
 def toy_rows(split: str) -> list[dict]:
     """Fixed, unique prompts: the train and validation splits come from different seeds and share no prompt, and
-    each has as many problems of every length (a duplicate is redrawn within its length: there are only 729
-    distinct 3-term sums)."""
+    each holds toy_quota's number of each length (a duplicate is redrawn within its length)."""
     rng = random.Random({"train": 1, "val": 2}[split])
-    n = TOY_NUM_TRAIN if split == "train" else TOY_NUM_VAL
-    lengths = range(TOY_TERMS[0], TOY_TERMS[1] + 1)
-    quota = {k: n // len(lengths) + (i < n % len(lengths)) for i, k in enumerate(lengths)}
+    quota = toy_quota(split)
+    n = sum(quota.values())
     rows, seen = [], set()
     if split == "train":
         seen = {r["prompt"] for r in toy_rows("val")}

@@ -156,7 +156,7 @@ if cfg.vllm_max_len(phrase_tokens) > context:
 if cfg.eval_every != -1 and cfg.eval_prompts > len(eval_rows) and "eval_prompts" in cfg.typed:
     fail(f"--eval_prompts {cfg.eval_prompts} is more than the {len(eval_rows)} validation prompts")
 eval_rows = eval_rows[:cfg.eval_prompts][slice(None) if split else slice(layout.engine, None, layout.engines)]
-sampler = PromptSampler(train_rows, cfg.seed, cfg.npr, cfg.npr_threshold)  # identical on every rank
+sampler = PromptSampler(train_rows, cfg.seed, cfg.npr, cfg.npr_threshold, cfg.batch // cfg.group)  # same on all ranks
 
 # the trainer (policy.py): FSDP2, fp32 master weights, the body in compute_dtype and the LM head in fp32
 resume_from = checkpoint.find_latest(run_dir, log=print0) if cfg.resume else None
@@ -394,7 +394,7 @@ while True:
     # --- draw prompts, generate G completions each, grade them (rollouts.py: the schedule of §3.1, NPR §3.2(d))
     with timer("generate"):
         groups = guarded(rollouts.next_batch, "generation", step + 1)
-    if groups is None:  # NPR retired every training prompt (§3.2(d)): nothing left to learn from, so the run ends
+    if groups is None:  # NPR retired all but < a step's prompts (§3.2(d)): little left to learn from
         print0(f"stopping at step {step}: {rollouts.solved}")
         log({"kind": "stop", "step": step, "reason": rollouts.solved})
         if eval_steps and step not in eval_steps:  # empty with --eval_every -1

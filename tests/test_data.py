@@ -27,7 +27,7 @@ def reward(completion: str, answer: str) -> float:
 
 def test_toy_splits_are_fixed_and_disjoint():
     train, val = toy.toy_rows("train"), toy.toy_rows("val")
-    assert len(train) == toy.TOY_NUM_TRAIN and len(val) == toy.TOY_NUM_VAL
+    assert len(train) == sum(toy.toy_quota("train").values()) and len(val) == toy.TOY_NUM_VAL
     assert not {r["prompt"] for r in train} & {r["prompt"] for r in val}
     assert toy.toy_rows("val") == val  # the same every time
     for r in val[:50]:
@@ -45,11 +45,16 @@ def test_toy_solution_is_graded_correct_and_slips_are_wrong():
     assert sum(reward(p["solution"], p["answer"]) == -1.0 for p in slipped) > 0.7 * len(slipped)
 
 
-def test_toy_splits_hold_as_many_problems_of_every_length():
+def test_toy_splits_hold_their_quota_of_every_length():
+    """Validation: as many of each length. Training: TOY_TRAIN_PER_LENGTH of each, but half of the 729 distinct
+    3-term sums, so that No-Positive-Resampling cannot exhaust a long run's pool (toy.py)."""
     lengths = range(toy.TOY_TERMS[0], toy.TOY_TERMS[1] + 1)
-    for split, n in (("train", toy.TOY_NUM_TRAIN), ("val", toy.TOY_NUM_VAL)):
-        counts = [sum(toy.num_terms(r["prompt"]) == k for r in toy.toy_rows(split)) for k in lengths]
-        assert max(counts) - min(counts) <= 1 and sum(counts) == n, (split, counts)
+    for split in ("train", "val"):
+        counts = collections.Counter(toy.num_terms(r["prompt"]) for r in toy.toy_rows(split))
+        assert dict(counts) == toy.toy_quota(split), (split, counts)
+    val = toy.toy_quota("val")
+    assert max(val.values()) - min(val.values()) <= 1 and sum(val.values()) == toy.TOY_NUM_VAL
+    assert toy.toy_quota("train") == {3: 364, **{k: toy.TOY_TRAIN_PER_LENGTH for k in lengths if k > 3}}
 
 
 def test_the_warm_start_slips_as_its_teacher_does_and_long_sums_are_rarely_right(toy_path):
@@ -193,6 +198,18 @@ def test_npr_off_keeps_every_prompt():
     assert sorted(i for i, _ in s.draw(4)) == [0, 1, 2, 3]
 
 
+def test_npr_ends_the_run_when_fewer_prompts_than_a_step_draws_are_left():
+    """A step must not train on a few prompts repeated (on the toy that collapsed the pass rate): once NPR has
+    retired all but fewer than min_pool prompts, the next epoch raises instead of starting."""
+    s = rollouts.PromptSampler(_rows(10), seed=0, npr=True, npr_threshold=0.9, min_pool=4)
+    for i, _ in s.draw(10):
+        s.record(i, 1.0 if i < 6 else 0.5)  # 4 left: exactly a step's draw, the run goes on
+    assert sorted(i for i, _ in s.draw(4)) == [6, 7, 8, 9]
+    s.record(6, 1.0)  # 3 left
+    with pytest.raises(rollouts.TrainingSetSolved, match="retired 7 of the 10 training prompts, leaving fewer than"):
+        s.draw(4)
+
+
 def test_a_training_pool_is_a_fixed_sample_the_same_for_every_seed(tokenizer):
     """--train_prompts N: N training prompts drawn across the whole split (not its first rows), the same N for
     every --seed, so that seeds of a several-epoch run (NPR across epochs) train on one pool."""
@@ -204,10 +221,12 @@ def test_a_training_pool_is_a_fixed_sample_the_same_for_every_seed(tokenizer):
     assert {r["prompt"] for r in pools[0]} <= {r["prompt"] for r in full}
     assert [r["prompt"] for r in pools[0]] != [r["prompt"] for r in full[:500]]
     lengths = collections.Counter(toy.num_terms(r["prompt"]) for r in pools[0])
-    assert set(lengths) == set(range(3, 10)) and max(lengths.values()) < 2 * min(lengths.values())
-    assert "training on a pool of 500 of the 3500 training prompts (--train_prompts)" in lines
-    with pytest.raises(data.DataError, match="--train_prompts 3501 is more than the 3500 training prompts"):
-        data.load_task(config.parse_args(["--train_prompts", "3501"]), tokenizer, log=lines.append)
+    longer = [lengths[k] for k in range(4, 10)]  # 3-term sums are 3% of the split (toy.toy_quota)
+    assert 0 < lengths[3] < min(longer) and max(longer) < 2 * min(longer), lengths
+    n = len(full)
+    assert f"training on a pool of 500 of the {n} training prompts (--train_prompts)" in lines
+    with pytest.raises(data.DataError, match=f"--train_prompts {n + 1} is more than the {n} training prompts"):
+        data.load_task(config.parse_args(["--train_prompts", str(n + 1)]), tokenizer, log=lines.append)
     with pytest.raises(config.ConfigError, match="--train_prompts is a number of prompts"):
         config.parse_args(["--train_prompts", "-1"])
 
