@@ -247,11 +247,11 @@ class Rollouts:
         self.graded: list[Group] = []  # graded since the last step: their pass rates go to NPR
         self.t_grade = 0.0  # seconds spent grading in the last next_batch
         self.ungraded = 0  # completions marked wrong in the last next_batch for lack of grading time
-        self.solved = ""  # why next_batch returned None: NPR retired every training prompt
+        self.solved = ""  # why next_batch returned None: NPR left fewer unretired prompts than a step draws
 
     def next_batch(self) -> list[Group] | None:
-        """This rank's graded groups for one step; None once NPR has retired every training prompt (the same step
-        on every rank: their samplers are identical)."""
+        """This rank's graded groups for one step; None once NPR has left fewer prompts than a step draws (the
+        same step on every rank: their samplers are identical)."""
         self.t_grade = 0.0
         before = ungraded(self.grade_fn)
         if hasattr(self.grade_fn, "new_budget"):  # a grader with a time bound per step (rewards.MathGrader)

@@ -4,13 +4,12 @@ part takes at most 2 h with --jobs 2 on the 2-core machine (docs/study.md):
 
     python study.py --part seeds --jobs 2        # `python train.py` with seeds 0-2: the references
     python study.py --part axes-batch --jobs 2   # one part: PARTS["axes-batch"] (each part's comment says what)
-    python study.py --part all --fit_only --log_dir docs/logs/study-v3   # every table and figure from those logs
+    python study.py --part all --fit_only --log_dir docs/logs/study-v4   # every table and figure from those logs
 
 Each run is `python train.py <flags> --run_name <name> --log_dir logs/study`; a finished run is not run again, an
 interrupted one resumes from its last checkpoint; a progress line a minute. A family's parts (seeds, loo, npr, hot,
 hot5, eval, axes) share <log_dir>/<family>.md, <family>-fits.json and docs/<log_dir's name>-<family>.png (axes, eval:
-one a setting). docs/logs/study-v3 holds today's toy's (CURRENT), docs/logs/study-v2 version 2's.
-"""
+one a setting). docs/logs/study-v4 holds today's toy's, study-v3 and study-v2 the earlier versions' (CURRENT above)."""
 import argparse
 import collections
 import glob
@@ -42,19 +41,22 @@ def seeded(prefix: str, flags: list[str], seeds) -> dict:
 
 
 # Every run is the plain toy preset (config.TOY) plus its own flags: the default's seeds are `python train.py`. Parts
-# not CURRENT ran on the version-2 toy (its warm start: git 68153cd), today's preset with VERSION2: for refits only
-CURRENT, VERSION2 = ("seeds", "axes-batch", "hot5"), ["--max_steps", "250", "--think_min_tokens", "40",
-                                                     "--think_max_tokens", "48"]
-SEEDS = seeded("default", [], range(3))
+# not CURRENT ran on the version-2 toy (warm start: git 68153cd), today's preset with VERSION2 (refits only); version
+# 3's (docs/logs/study-v3) on a 3,500-prompt pool (git a9d6986), version 4's (*-pool) on today's, NPR cannot exhaust
+CURRENT = ("seeds", "axes-batch", "hot5", "seeds-pool", "axes-batch-pool", "axes-toys-pool")
+VERSION2 = ["--max_steps", "250", "--think_min_tokens", "40", "--think_max_tokens", "48"]
 PARTS = {  # name -> flags, by part: each under 2 h with --jobs 2 on the 2-core machine (times in docs/study.md)
-    "seeds": SEEDS,
+    "seeds": seeded("default", [], range(3)),
+    "seeds-pool": seeded("pool", ["--max_steps", "1000"], range(3)),  # the default run on to 1,000 steps
     # paper §5 (Fig. 9): a longer thinking budget raises A. 56-64 tokens fit sums of up to 8 terms (toy.py)
     "axes-budget": seeded("budget64", ["--think_min_tokens", "56", "--think_max_tokens", "64"], range(2)),
     # paper §5 (Fig. 10): larger batches raise A; small ones look better early and are overtaken. Here 32 x 8
     "axes-batch": seeded("batch256", ["--batch", "256", "--max_steps", "250"], range(3)),  # equal completions
+    "axes-batch-pool": seeded("b256pool", ["--batch", "256", "--max_steps", "500"], range(3)),  # as pool-s*
     # paper §5 (Fig. 1): a larger model reaches a higher A. The toy (1.08M parameters) against toy-s (0.29M) and toy-l
     "axes-size": seeded("small", ["--model", "toy-s", "--max_steps", "5000"], range(2)),
     "axes-large": seeded("large", ["--model", "toy-l"], range(2)),
+    "axes-toys-pool": seeded("toys", ["--model", "toy-s", "--max_steps", "1000"], range(2)),  # as pool-s*
     # paper §5 (A.13, Fig. 17): 8-32 generations a prompt at a fixed batch: curves "essentially unchanged"
     "axes-group": {**seeded("group16", ["--group", "16"], range(2)), **seeded("group4", ["--group", "4"], range(2))},
     # paper §6 (Fig. 7): each leave-one-out row keeps A (within 0.02) and costs B or C_mid; here against the default
@@ -86,8 +88,8 @@ PARTS = {  # name -> flags, by part: each under 2 h with --jobs 2 on the 2-core 
 }
 MIN_R2 = 0.5  # a fit explaining less of its evaluations' variance than this is no sigmoid: not judged, not pooled
 # the runs each table's rows are judged against, by name prefix
-REFERENCES = dict(seeds="default-", axes="default-", loo="stale-", npr="npr500-", hot="hot-cispo-",
-                  hot5="hot5-cispo-", eval="eval2-")
+REFERENCES = dict(seeds=("default-", "pool-"), axes=("default-", "pool-"), loo=("stale-",), npr=("npr500-",),
+                  hot=("hot-cispo-",), hot5=("hot5-cispo-",), eval=("eval2-",))
 
 
 def family(part: str) -> str:  # the table a part's runs go in: seeds, loo, npr, hot, hot5, eval or axes
@@ -232,11 +234,10 @@ def pooled_sd(groups: list[list[float]]) -> tuple[float, int]:  # over the group
 
 
 def effects(rows: dict, groups: dict, dtype: dict) -> list[str]:
-    """Each setting against its references, pooled over seeds: ΔA, ΔB (at the common A) and the ratio of C_mid with
-    95% Student-t intervals from the seed spread of the comparison's own runs (so a verdict does not move when
-    unrelated runs join), or the table's where they give none, widened to a lone run's own fit interval; beside ΔA,
-    the interval from the spread pooled over the table. Left out: a run whose A is not identified (interval wider
-    than 0.1, or C_mid beyond its window) or whose fit explains under MIN_R2 of its evaluations' variance."""
+    """Each setting against its references, pooled over seeds: ΔA, ΔB (at the common A), the ratio of C_mid, with 95%
+    Student-t intervals from the seed spread of the comparison's own runs (or the table's where they give none),
+    widened to a lone run's own fit interval; beside ΔA, the table-pooled interval. Left out: a run whose A is not
+    identified (interval wider than 0.1, C_mid beyond its window) or whose fit explains under MIN_R2 of the variance."""
     import numpy as np
     from scipy import stats
     fitted = {n: r for n, r in rows.items() if r.get("A_ci") and r["A_ci"][1] - r["A_ci"][0] <= 0.1
@@ -377,12 +378,11 @@ def plot(table: str, table_runs: list, names: list, logs: list, ref: list, suffi
 
 def fit(table: str, margin: float = 0.02, x: str = "samples"):
     """Fits of a table's runs (every part of its family) and their references (fit_curve.py): A, B, C_mid with
-    bootstrap intervals, the fit up to 1.5 C_mid against the last evaluation and persistence, and verdicts against
-    the references of each row's dtype (axes: the default's seeds; LOO rows: their own). x: see --x in main."""
+    intervals, the fit up to 1.5 C_mid against the last evaluation and persistence, verdicts (x: --x in main)."""
     import config
     suffix, unit = ("", "completions") if x == "samples" else (f"-{x}", "device-h")
-    table_runs = runs_of(table)
-    ref = [n for n in dict.fromkeys([*SEEDS, *table_runs]) if n.startswith(REFERENCES[table])]
+    table_runs = runs_of(table)  # its references: those logged in LOG_DIR (version 3's default-s*, 4's pool-s*)
+    ref = [n for n in dict.fromkeys([*runs_of("seeds"), *table_runs]) if n.startswith(REFERENCES[table]) and records(n)]
     dtype = {n: config.parse_args(flags_of(n)).dtype for n in [*ref, *table_runs]}
     names = [n for n in dict.fromkeys([*ref, *table_runs]) if records(n)]
     logs = [os.path.join(LOG_DIR, f"{n}.jsonl") for n in names]
@@ -401,7 +401,7 @@ def fit(table: str, margin: float = 0.02, x: str = "samples"):
     stale_cols = table in ("loo", "hot", "hot5")  # the LOO rows' staleness: lags, and the tokens the loss clips
     lines = run_rows(names, rows, halves, verdicts, unit, stale_cols)
     refs = "; ".join(f"{', '.join(r['run'] for r in g)} ({d}, A mean {sum(r['A'] for r in g) / len(g):.3f})"
-                     for d, g in groups.items()) or f"no {REFERENCES[table]}* run has a fit"
+                     for d, g in groups.items()) or f"no {'/'.join(REFERENCES[table])}* run has a fit"
     staleness_note = (" Staleness over all training steps, weighted by trained tokens: lags in versions; clipped is "
                       "DAPO's share with its clip active, CISPO's share truncated at eps_max, GRPO/GSPO's clip.")
     lines.append(f"\nReference: {refs}; margin {margin}. Verdicts: A beyond the margin first (its 95% interval "
@@ -422,7 +422,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--part", choices=list(dict.fromkeys([*PARTS, *map(family, PARTS), "all"])), default="seeds",
                     help="which runs (default: seeds); axes: every axes-* part (hours); all: every table (--fit_only)")
-    ap.add_argument("--log_dir", default=LOG_DIR, help="logs and tables (default logs/study; see docs/logs/study-v3)")
+    ap.add_argument("--log_dir", default=LOG_DIR, help="logs and tables (default logs/study; see docs/logs/study-v4)")
     ap.add_argument("--runs", default=None, help="comma-separated run names from any part, run in this order "
                     "(default: all of --part); the table is still that of --part")
     ap.add_argument("--fit_only", action="store_true", help="skip training; fit the logs that exist")

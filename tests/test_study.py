@@ -31,7 +31,7 @@ def test_every_run_is_a_valid_command_line(name):
 def test_the_seeds_are_the_plain_toy_command():
     """The study's references are what `python train.py` runs, with another seed: nothing added."""
     plain = config.to_dict(config.parse_args([]))
-    for name in study.SEEDS:
+    for name in study.PARTS["seeds"]:
         assert {k: v for k, v in config.to_dict(config.parse_args(study.flags_of(name))).items()
                 if plain[k] != v} == ({"seed": int(name[-1])} if name[-1] != "0" else {})
 
@@ -53,7 +53,7 @@ def test_every_run_has_one_part_and_every_part_one_table():
                                                                              "axes", "eval"}
     assert sorted(n for t in study.REFERENCES for n in study.runs_of(t)) == sorted(RUNS)
     for table, prefix in study.REFERENCES.items():  # every table judges against runs it holds or the seeds
-        assert any(n.startswith(prefix) for n in [*study.SEEDS, *study.runs_of(table)]), table
+        assert any(n.startswith(prefix) for n in [*study.PARTS["seeds"], *study.runs_of(table)]), table
 
 
 def test_the_eval_runs_change_the_evaluation_the_warmup_or_the_learning_rate_only():
