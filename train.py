@@ -156,7 +156,7 @@ if cfg.vllm_max_len(phrase_tokens) > context:
 if cfg.eval_every != -1 and cfg.eval_prompts > len(eval_rows) and "eval_prompts" in cfg.typed:
     fail(f"--eval_prompts {cfg.eval_prompts} is more than the {len(eval_rows)} validation prompts")
 eval_rows = eval_rows[:cfg.eval_prompts][slice(None) if split else slice(layout.engine, None, layout.engines)]
-sampler = PromptSampler(train_rows, cfg.seed, cfg.npr, cfg.npr_threshold, cfg.batch // cfg.group)  # same on all ranks
+sampler = PromptSampler(train_rows, cfg.seed, cfg.npr, cfg.npr_threshold, cfg.prompts_per_step)  # same on all ranks
 
 # the trainer (policy.py): FSDP2, fp32 master weights, the body in compute_dtype and the LM head in fp32
 resume_from = checkpoint.find_latest(run_dir, log=print0) if cfg.resume else None
