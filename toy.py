@@ -107,10 +107,10 @@ def toy_rows(split: str) -> list[dict]:
 CHAT_TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}{% endfor %}"
                  "{% if add_generation_prompt %}<|assistant|><think>{% endif %}")
 # The toy models by name (`--model toy-s|toy|toy-l`): the model-size axis of the paper (§5) in miniature.
-# Same tokenizer, task and warm start (each its own TOY_SFT_STEPS); head size 32 throughout (vLLM's CPU attention
-# takes 32 and up). toy-s is half the toy's width (0.29M parameters against 1.08M; its warm start builds in
-# minutes, so the axis fits an afternoon), toy-l twice the width and 1.5x the depth (6.1M; its warm start takes
-# 16 minutes on 2 threads of a 2-core Zen 4).
+# Same tokenizer, task and warm-start recipe (the TOY_SFT_* above, each model its own build); head size 32
+# throughout (vLLM's CPU attention takes 32 and up). toy-s is half the toy's width (0.30M parameters against 1.08M;
+# its warm start builds in about 2 minutes on one core), toy-l twice the width and 1.5x the depth (6.1M; its warm
+# start takes 16 minutes on 2 threads of a 2-core Zen 4).
 MODELS = {
     "toy-s": dict(vocab_size=384, hidden_size=64, intermediate_size=256, num_hidden_layers=4,
                   num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=512),
