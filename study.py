@@ -381,7 +381,7 @@ def fit(table: str, margin: float = 0.02, x: str = "samples"):
     intervals, the fit up to 1.5 C_mid against the last evaluation and persistence, verdicts (x: --x in main)."""
     import config
     suffix, unit = ("", "completions") if x == "samples" else (f"-{x}", "device-h")
-    table_runs = runs_of(table)  # its references: those with logs in LOG_DIR (version 3's default-s*, 4's pool-s*)
+    table_runs = runs_of(table)  # references by name (v3's default-s*, v4's pool-s*); runs with no log drop out
     ref = [n for n in dict.fromkeys([*runs_of("seeds"), *table_runs]) if n.startswith(REFERENCES[table])]
     dtype = {n: config.parse_args(flags_of(n)).dtype for n in [*ref, *table_runs]}
     names = [n for n in dict.fromkeys([*ref, *table_runs]) if records(n)]
