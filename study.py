@@ -7,9 +7,8 @@ part takes at most 2 h with --jobs 2 on the 2-core machine (docs/study.md):
     python study.py --part all --fit_only --log_dir docs/logs/study-v4   # every table and figure from those logs
 
 Each run is `python train.py <flags> --run_name <name> --log_dir logs/study`; a finished run is not run again, an
-interrupted one resumes from its last checkpoint; a progress line a minute. A family's parts (seeds, loo, npr, hot,
-hot5, eval, axes) share <log_dir>/<family>.md, <family>-fits.json and docs/<log_dir's name>-<family>.png (axes, eval:
-one a setting). docs/logs/study-v4 holds today's toy's, study-v3 and study-v2 the earlier versions' (CURRENT above)."""
+interrupted one resumes from its last checkpoint; a progress line a minute. A family's parts (family()) share
+<log_dir>/<family>.md, <family>-fits.json and docs/<log_dir's name>-<family>.png (axes, eval: one a setting)."""
 import argparse
 import collections
 import glob
@@ -35,15 +34,13 @@ _children: list = []  # the train.py processes running now
 _stopping = threading.Event()  # set by SIGTERM: a lane whose run stopped takes no next one
 
 
-def seeded(prefix: str, flags: list[str], seeds) -> dict:
-    """Runs <prefix>-s<seed>: the flags, then --seed."""
+def seeded(prefix: str, flags: list[str], seeds) -> dict:  # runs <prefix>-s<seed>: the flags, then --seed
     return {f"{prefix}-s{s}": [*flags, "--seed", str(s)] for s in seeds}
 
 
-# Every run is the plain toy preset (config.TOY) plus its own flags: the default's seeds are `python train.py`. Parts
-# not CURRENT ran on the version-2 toy (warm start: git 68153cd), today's preset with VERSION2 (refits only); version
-# 3's (docs/logs/study-v3) on a 3,500-prompt pool (git a9d6986), version 4's (*-pool) on today's, NPR cannot exhaust
-CURRENT = ("seeds", "axes-batch", "hot5", "seeds-pool", "axes-batch-pool", "axes-toys-pool")
+# Every run is the toy preset (config.TOY) plus its own flags. Not CURRENT: the version-2 toy's (git 68153cd; refits
+# only, with VERSION2). Version 3 ran on a 3,500-prompt pool (git a9d6986), 4's and 5's on today's (docs/logs/study-v?)
+CURRENT = ("seeds", "axes-batch", "hot5", "seeds-pool", "axes-batch-pool", "axes-toys-pool", "carry", "carry-batch")
 VERSION2 = ["--max_steps", "250", "--think_min_tokens", "40", "--think_max_tokens", "48"]
 PARTS = {  # name -> flags, by part: each under 2 h with --jobs 2 on the 2-core machine (times in docs/study.md)
     "seeds": seeded("default", [], range(3)),
@@ -57,6 +54,9 @@ PARTS = {  # name -> flags, by part: each under 2 h with --jobs 2 on the 2-core 
     "axes-size": seeded("small", ["--model", "toy-s", "--max_steps", "5000"], range(2)),
     "axes-large": seeded("large", ["--model", "toy-l"], range(2)),
     "axes-toys-pool": seeded("toys", ["--model", "toy-s", "--max_steps", "1000"], range(2)),  # as pool-s*
+    # version 5's pilot (toy.TEACHERS: each decade's carry a skill found from rare successes); batch 2x as b256pool
+    "carry": seeded("carry", ["--model", "toy-carry", "--max_steps", "1000"], range(3)),
+    "carry-batch": seeded("carryb256", ["--model", "toy-carry", "--batch", "256", "--max_steps", "500"], range(3)),
     # paper §5 (A.13, Fig. 17): 8-32 generations a prompt at a fixed batch: curves "essentially unchanged"
     "axes-group": {**seeded("group16", ["--group", "16"], range(2)), **seeded("group4", ["--group", "4"], range(2))},
     # paper §6 (Fig. 7): each leave-one-out row keeps A (within 0.02) and costs B or C_mid; here against the default
@@ -89,10 +89,10 @@ PARTS = {  # name -> flags, by part: each under 2 h with --jobs 2 on the 2-core 
 MIN_R2 = 0.5  # a fit explaining less of its evaluations' variance than this is no sigmoid: not judged, not pooled
 # the runs each table's rows are judged against, by name prefix
 REFERENCES = dict(seeds=("default-", "pool-"), axes=("default-", "pool-"), loo=("stale-",), npr=("npr500-",),
-                  hot=("hot-cispo-",), hot5=("hot5-cispo-",), eval=("eval2-",))
+                  hot=("hot-cispo-",), hot5=("hot5-cispo-",), eval=("eval2-",), carry=("carry-",))
 
 
-def family(part: str) -> str:  # the table a part's runs go in: seeds, loo, npr, hot, hot5, eval or axes
+def family(part: str) -> str:  # the table a part's runs go in: seeds, loo, npr, hot, hot5, eval, axes or carry
     return part.split("-")[0]
 
 

@@ -52,19 +52,29 @@ TOY_SFT_STEPS, TOY_SFT_BATCH, TOY_SFT_LR = 600, 64, 2e-3  # supervised warm star
 # subtraction, 12-16 tokens a step) is a knob for a verbose teacher.
 TOY_SFT_SLIP = ((0, 0.05), (20, 0.5), (40, 0.8))
 TOY_SFT_CHECK_RATE = 0.0
+# Version 5's pilot (`--model toy-carry`, docs/study.md): the toy's architecture warm-started from a teacher that
+# never slips at random but forgets the carry, writing result - 10, when a step's result enters a new decade: with
+# rate 0.3 into the 20s, 0.8 into the 30s, 0.97 into the 40s, 0.995 from 50. The slip is one-directional, so it
+# never cancels, and above 30 the wrong digit is the warm start's mode: each decade's carry is a skill RL must
+# discover from rare successes (10^-2 to 10^-3 a sample), and a decade never discovered caps the run's A.
+TEACHERS = {"toy-carry": (((0, 0.0),), ((20, 0.3), (30, 0.8), (40, 0.97), (50, 0.995)))}  # (slip, carry)
 
 
-def toy_problem(rng: random.Random, slip: tuple = ((0, 0.0),), check_rate: float = 0.0) -> dict:
+def toy_problem(rng: random.Random, slip: tuple = ((0, 0.0),), check_rate: float = 0.0, carry: tuple = ()) -> dict:
     """A sum of 3-9 single-digit terms; "solution" is a scratchpad of running sums, each slipping by 1-3 with the
     probability slip gives it, pairs (running sum from, rate), e.g. ((0, 0.05), (20, 0.5)): 0.05 below 20, 0.5
-    from 20; and with probability check_rate each step checked by its inverse subtraction."""
+    from 20; a step whose result enters a new decade instead forgets the carry (-10) with the rate carry gives it,
+    pairs (result from, rate); and with probability check_rate each step checked by its inverse subtraction."""
     n = rng.randint(*TOY_TERMS)
     terms = [rng.randint(1, TOY_MAX_OPERAND) for _ in range(n)]
     steps, running = [], terms[0]
     check = rng.random() < check_rate  # drawn for every problem, so the splits do not depend on check_rate
     for t in terms[1:]:
-        result = running + t
-        if rng.random() < [rate for start, rate in slip if running >= start][-1]:
+        result, u = running + t, rng.random()  # one draw a step, so the splits do not depend on the teacher
+        forget = [rate for start, rate in carry if result >= start]
+        if forget and result // 10 > running // 10:
+            result -= 10 * (u < forget[-1])
+        elif u < [rate for start, rate in slip if running >= start][-1]:
             result = max(0, result + rng.choice([-3, -2, -1, 1, 2, 3]))
         steps.append(f"{running}+{t}={result}" + (f" {result}-{t}={running}" if check else ""))
         running = result
@@ -119,6 +129,7 @@ MODELS = {
     "toy-l": dict(vocab_size=384, hidden_size=256, intermediate_size=1024, num_hidden_layers=6,
                   num_attention_heads=8, num_key_value_heads=4, max_position_embeddings=512),
 }
+MODELS["toy-carry"] = MODELS["toy"]  # the toy, warm-started from TEACHERS["toy-carry"]
 VOCAB_SIZE = 384  # every entry of MODELS has it: the tokenizer is shared
 
 
@@ -151,6 +162,8 @@ def _toy_spec_hash(name: str) -> str:
     spec = dict(MODELS[name], tied=False, terms=(TOY_TERMS, TOY_MAX_OPERAND),
                 sft=(TOY_SFT_STEPS, TOY_SFT_BATCH, TOY_SFT_LR, TOY_SFT_SLIP, TOY_SFT_CHECK_RATE),
                 template=CHAT_TEMPLATE, phrase=INTERRUPT_PHRASE, version=3)
+    if name in TEACHERS:
+        spec.update(teacher=TEACHERS[name], version=5)
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:10]
 
 
@@ -236,12 +249,13 @@ def build_here(out_dir: str, name: str = "toy", log=print) -> str:
                                          pad_token_id=eos, rope_theta=10000.0))
     # supervised warm start on fresh draws of the task distribution (never the validation prompts' seed)
     rng = random.Random(3)
+    slip, carry = TEACHERS.get(name, (TOY_SFT_SLIP, ()))
     opt = torch.optim.AdamW(model.parameters(), lr=TOY_SFT_LR, weight_decay=0.0)
     model.train()
     for step in range(TOY_SFT_STEPS):
         seqs, masks = [], []
         for _ in range(TOY_SFT_BATCH):
-            p = toy_problem(rng, TOY_SFT_SLIP, TOY_SFT_CHECK_RATE)
+            p = toy_problem(rng, slip, TOY_SFT_CHECK_RATE, carry)
             prompt = format_prompt(tokenizer, p["prompt"])
             target = tokenizer(p["solution"], add_special_tokens=False)["input_ids"] + [eos]
             seqs.append(prompt + target)
@@ -299,15 +313,21 @@ def warm_start_accuracy(path: str, num_prompts: int = 70, samples: int = 4) -> d
     return result
 
 
-def by_terms(path: str) -> dict:
-    """{number of terms: (share correct, completions)} of an evaluate.py completions file (JSON lines with "prompt"
-    and "reward"): what RL learned, family by family. ValueError, one line, for a file that is not one."""
+def decade(prompt: str) -> int:
+    """The sum's decade (10-19: 1): the highest a scratchpad enters, as running sums never fall (toy-carry's)."""
+    return sum(map(int, prompt.split("Add: ")[-1].split("<")[0].split("+"))) // 10
+
+
+def by_terms(path: str, key=num_terms) -> dict:
+    """{number of terms, or another key of the prompt: (share correct, completions)} of an evaluate.py completions
+    file (JSON lines with "prompt" and "reward"): what RL learned, family by family. ValueError, one line, for a file
+    that is not one."""
     counts = {}
     with open(path) as f:
         for i, line in enumerate(f, 1):
             try:
                 row = json.loads(line)
-                n, right = num_terms(row["prompt"]), row["reward"] > 0
+                n, right = key(row["prompt"]), row["reward"] > 0
             except (ValueError, KeyError, TypeError, AttributeError):
                 raise ValueError(f"{path}:{i} is not a line of evaluate.py's completions") from None
             counts.setdefault(n, []).append(right)
@@ -325,13 +345,16 @@ if __name__ == "__main__":
                     "(held to AVX2, minutes) and say whether it equals the shipped one")
     ap.add_argument("--by_terms", nargs="+", metavar="JSONL", help="print the pass rate by number of terms of "
                     "evaluate.py completion files (e.g. docs/logs/study-v3/evals/*.jsonl) and exit")
+    ap.add_argument("--by_decade", action="store_true", help="with --by_terms: by the decade of the sum instead")
     ap.add_argument("--build_here", action="store_true", help="build in this process with its own kernels "
                     "(what build_toy_model runs in a child held to AVX2)")
     args = ap.parse_args()
     if args.by_terms:
         for file in args.by_terms:
             try:
-                print(file + ": " + " ".join(f"{n} terms {acc:.3f} ({k})" for n, (acc, k) in by_terms(file).items()))
+                shares = by_terms(file, decade if args.by_decade else num_terms).items()
+                label = (lambda n: f"sum {10 * n}-{10 * n + 9}") if args.by_decade else (lambda n: f"{n} terms")
+                print(file + ": " + " ".join(f"{label(n)} {acc:.3f} ({k})" for n, (acc, k) in shares))
             except OSError as e:
                 sys.exit(f"error: {file}: {e.strerror}")
             except ValueError as e:

@@ -45,6 +45,27 @@ def test_toy_solution_is_graded_correct_and_slips_are_wrong():
     assert sum(reward(p["solution"], p["answer"]) == -1.0 for p in slipped) > 0.7 * len(slipped)
 
 
+def test_the_carry_teacher_forgets_only_carries_and_its_slips_never_cancel():
+    """toy-carry's teacher (toy.TEACHERS): a step entering a new decade writes result - 10 at the decade's rate and
+    every other step is right, so a wrong answer is always short by a multiple of 10 (no slip undoes another), a sum
+    that never reaches 20 is always right, and the draws, one a step, are those of every other teacher."""
+    slip, carry = toy.TEACHERS["toy-carry"]
+    wrong = 0
+    for i in range(2000):
+        p = toy.toy_problem(random.Random(i), slip, 0.0, carry)
+        plain = toy.toy_problem(random.Random(i))
+        assert p["prompt"] == plain["prompt"] and p["answer"] == plain["answer"]
+        short = int(p["answer"]) - int(rewards.final_answer(p["solution"]))
+        assert short >= 0 and short % 10 == 0, p
+        assert short == 0 or int(p["answer"]) >= 20, p
+        wrong += short > 0
+        for step in p["solution"].split(" </think>")[0].split():  # "a+b=c": c is a+b or a+b-10 on a carry
+            a, b, c = map(int, step.replace("=", "+").split("+"))
+            assert c == a + b or (c == a + b - 10 and (a + b) // 10 > a // 10 and a + b >= 20), step
+    assert 0.2 < wrong / 2000 < 0.8, wrong  # forgetting is common, not universal
+    assert toy.decade("Add: 9+9+9+9+9+9") == 5 and toy.decade("<|user|>Add: 1+2+3<|assistant|>") == 0
+
+
 def test_toy_splits_hold_their_quota_of_every_length():
     """Validation: as many of each length. Training: TOY_TRAIN_PER_LENGTH of each, but half of the 729 distinct
     3-term sums, so that No-Positive-Resampling cannot exhaust a long run's pool (toy.py)."""

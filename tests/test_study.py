@@ -37,9 +37,10 @@ def test_the_seeds_are_the_plain_toy_command():
 
 
 def test_each_axis_changes_one_thing_against_the_seeds():
-    """An axis run differs from the default's seeds in its axis's flags and the seed only."""
-    base = config.to_dict(config.parse_args(study.flags_of("default-s0")))
-    for name in study.runs_of("axes"):
+    """An axis run differs from the default's seeds in its axis's flags and the seed only (toy-carry's runs: from
+    carry-s0)."""
+    for name in [*study.runs_of("axes"), *study.PARTS["carry-batch"]]:
+        base = config.to_dict(config.parse_args(study.flags_of("carry-s0" if "carry" in name else "default-s0")))
         cfg = config.to_dict(config.parse_args(study.flags_of(name)))
         changed = {k for k in base if base[k] != cfg[k]} - {"seed"}
         typed = {f.removeprefix("--") for f in study.flags_of(name) if f.startswith("--")} - {"seed"}
@@ -50,7 +51,7 @@ def test_each_axis_changes_one_thing_against_the_seeds():
 def test_every_run_has_one_part_and_every_part_one_table():
     assert len(RUNS) == len(set(RUNS))
     assert {study.family(p) for p in study.PARTS} == set(study.REFERENCES) == {"seeds", "loo", "npr", "hot", "hot5",
-                                                                             "axes", "eval"}
+                                                                             "axes", "eval", "carry"}
     assert sorted(n for t in study.REFERENCES for n in study.runs_of(t)) == sorted(RUNS)
     for table, prefix in study.REFERENCES.items():  # every table judges against runs it holds or the seeds
         assert any(n.startswith(prefix) for n in [*study.PARTS["seeds"], *study.runs_of(table)]), table
