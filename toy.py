@@ -349,6 +349,8 @@ if __name__ == "__main__":
     ap.add_argument("--build_here", action="store_true", help="build in this process with its own kernels "
                     "(what build_toy_model runs in a child held to AVX2)")
     args = ap.parse_args()
+    if args.by_decade and not args.by_terms:
+        ap.error("--by_decade goes with --by_terms FILE ...")
     if args.by_terms:
         for file in args.by_terms:
             try:
