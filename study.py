@@ -55,8 +55,8 @@ PARTS = {  # name -> flags, by part: each under 2 h with --jobs 2 on the 2-core 
     "axes-large": seeded("large", ["--model", "toy-l"], range(2)),
     "axes-toys-pool": seeded("toys", ["--model", "toy-s", "--max_steps", "1000"], range(2)),  # as pool-s*
     # version 5's pilot (toy.TEACHERS: each decade's carry a skill found from rare successes); batch 2x as b256pool
-    "carry": seeded("carry", ["--model", "toy-carry", "--max_steps", "1000"], range(3)),
-    "carry-batch": seeded("carryb256", ["--model", "toy-carry", "--batch", "256", "--max_steps", "500"], range(3)),
+    "carry": seeded("carry", ["--model", "toy-carry", "--max_steps", "1000"], range(4)),
+    "carry-batch": seeded("carryb256", ["--model", "toy-carry", "--batch", "256", "--max_steps", "500"], range(4)),
     # paper §5 (A.13, Fig. 17): 8-32 generations a prompt at a fixed batch: curves "essentially unchanged"
     "axes-group": {**seeded("group16", ["--group", "16"], range(2)), **seeded("group4", ["--group", "4"], range(2))},
     # paper §6 (Fig. 7): each leave-one-out row keeps A (within 0.02) and costs B or C_mid; here against the default

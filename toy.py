@@ -55,8 +55,9 @@ TOY_SFT_CHECK_RATE = 0.0
 # Version 5's pilot (`--model toy-carry`, docs/study.md): the toy's architecture warm-started from a teacher that
 # never slips at random but forgets the carry, writing result - 10, when a step's result enters a new decade: with
 # rate 0.3 into the 20s, 0.8 into the 30s, 0.97 into the 40s, 0.995 from 50. The slip is one-directional, so it
-# never cancels, and above 30 the wrong digit is the warm start's mode: each decade's carry is a skill RL must
-# discover from rare successes (10^-2 to 10^-3 a sample), and a decade never discovered caps the run's A.
+# never cancels, and from 30 the wrong digit is the warm start's mode: each decade's carry is a skill RL must
+# discover from rare successes (sums in the 40s: ~3e-3 a sample; from 50: ~2e-5), and a decade never discovered
+# caps the run's A (docs/carry_prob.py measures what a policy puts on each carry).
 TEACHERS = {"toy-carry": (((0, 0.0),), ((20, 0.3), (30, 0.8), (40, 0.97), (50, 0.995)))}  # (slip, carry)
 
 
