@@ -314,9 +314,14 @@ def warm_start_accuracy(path: str, num_prompts: int = 70, samples: int = 4) -> d
     return result
 
 
+def terms(prompt: str) -> list[int]:
+    """The terms of a toy prompt, bare ("Add: 7+5+9") or chat-formatted."""
+    return list(map(int, prompt.split("Add: ")[-1].split("<")[0].split("+")))
+
+
 def decade(prompt: str) -> int:
     """The sum's decade (10-19: 1): the highest a scratchpad enters, as running sums never fall (toy-carry's)."""
-    return sum(map(int, prompt.split("Add: ")[-1].split("<")[0].split("+"))) // 10
+    return sum(terms(prompt)) // 10
 
 
 def by_terms(path: str, key=num_terms) -> dict:

@@ -22,9 +22,9 @@ def carry_probabilities(path: str) -> dict:
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     by = {}
     for row in toy.toy_rows("val"):
-        terms = list(map(int, row["prompt"].removeprefix("Add: ").split("+")))
-        prompt, text, running = format_prompt(tok, row["prompt"]), "", terms[0]
-        for t in terms[1:]:
+        addends = toy.terms(row["prompt"])
+        prompt, text, running = format_prompt(tok, row["prompt"]), "", addends[0]
+        for t in addends[1:]:
             result, text = running + t, text + f"{running}+{t}="
             if result // 10 > running // 10 and result >= 20:  # a carry toy-carry's teacher may forget
                 ids = prompt + tok(text, add_special_tokens=False)["input_ids"]
